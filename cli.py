@@ -1,0 +1,82 @@
+"""The `hardwire` command line: one subcommand per stage of the flow."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "tinyshakespeare.onnx"
+
+
+def _print_ir(ir) -> None:  # noqa: ANN001 - ModelIR, imported lazily to keep --help fast
+    cfg = ir.config
+    print(f"model      {ir.source}")
+    for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn", "context",
+                  "norm", "norm_eps", "activation", "positions", "rope_theta", "tied_head"):
+        print(f"  {field:<11}{getattr(cfg, field)}")
+    print(f"parameters {ir.n_params:,}")
+    if ir.proof is not None:
+        print(f"proof      {ir.proof.summary()}")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Import a model, print its recovered config and the proof against onnxruntime."""
+    from .frontend import load
+
+    _print_ir(load(args.model, verify=not args.no_verify))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The whole flow on the bundled model (today: import, proof and a float sample)."""
+    import torch
+
+    from .frontend import float_forward, load
+
+    ir = load(args.model)
+    _print_ir(ir)
+    if ir.vocab is None:
+        return 0
+    stoi = {c: i for i, c in enumerate(ir.vocab)}
+    ids = [stoi[c] for c in args.prompt if c in stoi]
+    limit = ir.config.context or 128
+    for _ in range(args.n):
+        logits = float_forward(ir, torch.tensor([ids[-limit:]]))
+        ids.append(int(logits[0, -1].argmax()))
+    print(f"float greedy sample ({args.n} tokens):\n{''.join(ir.vocab[i] for i in ids)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
+                                     "with the weights baked in.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    inspect = sub.add_parser("inspect", help="import an ONNX model and prove the import against onnxruntime",
+                             description=cmd_inspect.__doc__)
+    inspect.add_argument("model", type=Path, help="model.onnx (external data may lie beside it)")
+    inspect.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
+    inspect.set_defaults(func=cmd_inspect)
+
+    demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
+    demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
+    demo.add_argument("--prompt", default="ROMEO:", help="prompt text")
+    demo.add_argument("-n", type=int, default=64, help="tokens to generate")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .frontend import ModelImportError
+
+    try:
+        return args.func(args)
+    except ModelImportError as err:
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

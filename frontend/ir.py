@@ -1,0 +1,106 @@
+"""ModelIR: what the frontend recovers from a graph, and all that later stages may use.
+
+A decoder-only transformer is few enough choices (norm, activation, positions, head
+counts) that a frozen config plus typed weight records describe every model hardwire
+accepts. Weights are float32 numpy arrays in PyTorch's orientation: (out, in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .proof import Proof
+
+NormKind = Literal["rms", "layer"]
+Activation = Literal["silu_glu", "gelu_tanh", "gelu"]
+Positions = Literal["rope", "learned"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int  # number of token ids
+    d_model: int  # residual stream width
+    n_layers: int  # transformer blocks
+    n_heads: int  # query heads
+    n_kv_heads: int  # key/value heads (< n_heads: grouped-query attention)
+    head_dim: int  # width of one head
+    ffn: int  # hidden width of the MLP
+    context: int | None  # longest sequence the model declares; None when the graph does not say (RoPE)
+    norm: NormKind  # RMSNorm or LayerNorm
+    norm_eps: float  # epsilon inside the square root
+    activation: Activation  # silu_glu: down(silu(gate) * up); gelu*: down(gelu(up))
+    positions: Positions  # rotary (rotate-half layout) or a learned table added to the embedding
+    rope_theta: float | None  # RoPE base, None for learned positions
+    tied_head: bool  # output head shares the token embedding
+
+
+@dataclass(frozen=True)
+class Linear:
+    weight: np.ndarray  # (out, in)
+    bias: np.ndarray | None = None  # (out,)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.weight.shape  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Norm:
+    weight: np.ndarray  # (d_model,) gain
+    bias: np.ndarray | None = None  # (d_model,), LayerNorm only
+
+
+@dataclass(frozen=True)
+class Layer:
+    attn_norm: Norm
+    q: Linear  # (n_heads * head_dim, d_model)
+    k: Linear  # (n_kv_heads * head_dim, d_model)
+    v: Linear  # (n_kv_heads * head_dim, d_model)
+    o: Linear  # (d_model, n_heads * head_dim)
+    mlp_norm: Norm
+    up: Linear  # (ffn, d_model)
+    down: Linear  # (d_model, ffn)
+    gate: Linear | None = None  # (ffn, d_model), silu_glu only
+
+
+@dataclass(frozen=True)
+class ModelIR:
+    config: ModelConfig
+    embed: np.ndarray  # (vocab, d_model)
+    layers: tuple[Layer, ...]
+    final_norm: Norm
+    head: Linear  # (vocab, d_model); the embedding itself when tied
+    pos_embed: np.ndarray | None = None  # (positions, d_model), learned positions only
+    source: str = ""  # where the model came from
+    vocab: tuple[str, ...] | None = field(default=None)  # characters of a char-level model, when the file says
+    proof: Proof | None = field(default=None, compare=False)  # the import check against onnxruntime
+
+    def named_weights(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Every distinct weight tensor under a stable name (the tied head is not counted twice)."""
+        yield "embed", self.embed
+        if self.pos_embed is not None:
+            yield "pos_embed", self.pos_embed
+        for i, layer in enumerate(self.layers):
+            for part in ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down"):
+                item = getattr(layer, part)
+                if item is None:
+                    continue
+                yield f"layers.{i}.{part}.weight", item.weight
+                if item.bias is not None:
+                    yield f"layers.{i}.{part}.bias", item.bias
+        yield "final_norm.weight", self.final_norm.weight
+        if self.final_norm.bias is not None:
+            yield "final_norm.bias", self.final_norm.bias
+        if not self.config.tied_head:
+            yield "head.weight", self.head.weight
+        if self.head.bias is not None:
+            yield "head.bias", self.head.bias
+
+    @property
+    def n_params(self) -> int:
+        return sum(int(w.size) for _, w in self.named_weights())
