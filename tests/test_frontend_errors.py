@@ -1,0 +1,146 @@
+"""Bad model files get one clear error each, never a stack trace from deep inside."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from hardwire.frontend import SUPPORTED_OPS, ModelImportError, load
+
+
+def _raises(path, message: str) -> None:
+    with pytest.raises(ModelImportError) as info:
+        load(path)
+    assert str(info.value) == message
+
+
+def test_missing_file(tmp_path):
+    _raises(tmp_path / "nope.onnx", f"{tmp_path / 'nope.onnx'}: model file not found")
+
+
+def test_folder_is_not_a_model(tmp_path):
+    _raises(tmp_path, f"{tmp_path}: not a file")
+
+
+def test_truncated_file(exported, tmp_path):
+    _, path = exported("example-dynamo")
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _raises(cut, f"{cut}: not a readable ONNX model (truncated, corrupt or not ONNX): the protobuf does not parse")
+
+
+def test_text_file(tmp_path):
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is a text file, not a model\n")
+    _raises(text, f"{text}: not a readable ONNX model (truncated, corrupt or not ONNX): the protobuf does not parse")
+
+
+def test_empty_file(tmp_path):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    _raises(empty, f"{empty}: not a readable ONNX model (truncated, corrupt or not ONNX): "
+                   "it has no graph, nodes or outputs")
+
+
+def test_cnn_is_not_a_decoder(tmp_path):
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.LazyLinear(10))
+    cnn(torch.zeros(1, 3, 16, 16))
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(cnn.eval(), (torch.zeros(1, 3, 16, 16),), str(path), dynamo=False, input_names=["image"])
+    _raises(path, f"{path}: not a decoder-only language model: expected one integer input of token ids shaped "
+                  "(batch, seq); found inputs image: FLOAT [1, 3, 16, 16]")
+
+
+def test_unsupported_op_names_op_node_and_list(exported, tmp_path):
+    _, path = exported("example-dynamo")
+    proto = onnx.load(path)
+    node = next(n for n in proto.graph.node if n.op_type == "Sigmoid")
+    node.op_type = "HardSigmoid"
+    bad = tmp_path / "hard.onnx"
+    onnx.save(proto, bad)
+    _raises(bad, f"{bad}: unsupported op HardSigmoid in node '{node.name}'; supported ops: "
+                 f"{', '.join(sorted(SUPPORTED_OPS))}")
+
+
+def test_unplaceable_structure_names_the_node(exported, tmp_path):
+    """A block without its pre-attention norm runs fine but is not a shape hardwire builds; the error says where."""
+    _, path = exported("example-dynamo")
+    proto = onnx.load(path)
+    weights = {t.name for t in proto.graph.initializer}
+    q_proj = next(n for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in weights)
+    normed, residual = q_proj.input[0], "embedding"
+    for node in proto.graph.node:
+        if node.op_type == "MatMul":
+            node.input[:] = [residual if i == normed else i for i in node.input]
+    bad = tmp_path / "nonorm.onnx"
+    onnx.save(proto, bad)
+    _raises(bad, f"{bad}: could not place MatMul node '{q_proj.name}': no normalisation between the residual "
+                 "stream and this projection; supported: RMSNorm and LayerNorm before each sublayer (pre-norm)")
+
+
+def _external_model(exported, tmp_path):
+    _, path = exported("llama-gqa-untied")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(path, folder / "model.onnx")
+    shutil.copy(path.with_name("model.onnx.data"), folder / "model.onnx.data")
+    proto = onnx.load(folder / "model.onnx", load_external_data=False)
+    tensor = next(t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+    return folder, proto, tensor
+
+
+def test_external_data_outside_the_folder_is_refused(exported, tmp_path):
+    folder, proto, tensor = _external_model(exported, tmp_path)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\0" * (1 << 20))  # exists and is large enough: refusal must not depend on reading it
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            entry.value = "../secret.bin"
+    onnx.save(proto, folder / "model.onnx")
+    _raises(folder / "model.onnx", f"{folder / 'model.onnx'}: initializer '{tensor.name}' points its external data "
+                                   f"at '../secret.bin', outside the model's folder {folder}; refused (external "
+                                   "data must lie beside the model)")
+
+
+def test_external_data_absolute_path_is_refused(exported, tmp_path):
+    folder, proto, tensor = _external_model(exported, tmp_path)
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            entry.value = "/etc/passwd"
+    onnx.save(proto, folder / "model.onnx")
+    with pytest.raises(ModelImportError, match=re.escape("points its external data at '/etc/passwd', outside")):
+        load(folder / "model.onnx")
+
+
+def test_truncated_external_data(exported, tmp_path):
+    folder, _, _ = _external_model(exported, tmp_path)
+    data = folder / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[:1000])
+    with pytest.raises(ModelImportError, match=r"of 'model.onnx.data', which holds 1000 bytes \(truncated\?\)"):
+        load(folder / "model.onnx")
+
+
+def test_absurd_initializer_is_refused_without_allocating(exported, tmp_path):
+    _, path = exported("example-dynamo")
+    proto = onnx.load(path)
+    huge = onnx.TensorProto(name="huge", data_type=onnx.TensorProto.FLOAT, dims=[1 << 20, 1 << 20], raw_data=b"\0" * 16)
+    proto.graph.initializer.append(huge)
+    bad = tmp_path / "huge.onnx"
+    onnx.save(proto, bad)
+    _raises(bad, f"{bad}: initializer 'huge' declares shape [1048576, 1048576] (4398046511104 bytes), over the "
+                 "2147483648 byte limit; refused without reading it")
+
+
+def test_initializer_smaller_than_declared(exported, tmp_path):
+    _, path = exported("example-dynamo")
+    proto = onnx.load(path)
+    proto.graph.initializer.append(onnx.TensorProto(name="short", data_type=onnx.TensorProto.FLOAT, dims=[100],
+                                                    raw_data=np.zeros(4, np.float32).tobytes()))
+    bad = tmp_path / "short.onnx"
+    onnx.save(proto, bad)
+    _raises(bad, f"{bad}: initializer 'short' declares shape [100] (400 bytes) but holds 16 bytes")
