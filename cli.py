@@ -9,7 +9,7 @@ from pathlib import Path
 BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "tinyshakespeare.onnx"
 
 
-def _print_ir(ir) -> None:  # noqa: ANN001 - ModelIR, imported lazily to keep --help fast
+def _print_ir(ir) -> None:
     cfg = ir.config
     print(f"model      {ir.source}")
     for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn", "context",

@@ -22,8 +22,18 @@ from .ops import SUPPORTED_OPS, check_ops
 from .proof import Proof, prove
 from .recover import recover
 
-__all__ = ["Layer", "Linear", "ModelConfig", "ModelIR", "ModelImportError", "Norm", "Proof", "SUPPORTED_OPS",
-           "float_forward", "load"]
+__all__ = [
+    "SUPPORTED_OPS",
+    "Layer",
+    "Linear",
+    "ModelConfig",
+    "ModelIR",
+    "ModelImportError",
+    "Norm",
+    "Proof",
+    "float_forward",
+    "load",
+]
 
 _TOKEN_TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
 PROBE_LENGTH = 8  # sequence length at which shape logic is folded to constants

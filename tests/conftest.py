@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/exports.py
 
-import exports  # noqa: E402
+import exports
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 from hardwire.frontend import SUPPORTED_OPS, ModelImportError, load
 
 

@@ -6,7 +6,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 from hardwire.frontend import ModelImportError, load
 
 

@@ -1,0 +1,31 @@
+"""The committed example model imports, proves, and is small enough for the boards it targets."""
+
+from __future__ import annotations
+
+import json
+
+from hardwire.cli import BUNDLED_MODEL, main
+from hardwire.frontend import load
+
+
+def test_bundled_model_imports_and_proves():
+    ir = load(BUNDLED_MODEL)
+    cfg = ir.config
+    assert (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.ffn, cfg.context) == (65, 128, 3, 4, 224, 128)
+    assert (cfg.norm, cfg.activation, cfg.positions, cfg.tied_head) == ("rms", "silu_glu", "rope", True)
+    assert ir.n_params <= 500_000  # ~4 bits a weight must fit a ULX3S-85F's 3.7 Mbit of block RAM with room
+    assert ir.vocab == tuple(json.loads(BUNDLED_MODEL.with_suffix(".vocab.json").read_text()))
+    assert ir.proof.passed
+
+
+def test_inspect_prints_config_and_proof(capsys):
+    assert main(["inspect", str(BUNDLED_MODEL)]) == 0
+    out = capsys.readouterr().out
+    assert "  d_model    128\n" in out and "  n_layers   3\n" in out and "  positions  rope\n" in out
+    assert "parameters 463,872\n" in out
+    assert "proof      PASS: max |IR - onnxruntime|" in out
+
+
+def test_inspect_reports_bad_input_without_a_trace(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.onnx")]) == 2
+    assert capsys.readouterr().err == f"hardwire: error: {tmp_path / 'missing.onnx'}: model file not found\n"
