@@ -7,6 +7,7 @@ is measured against.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -23,10 +24,22 @@ def _linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
     return F.linear(x, _t(lin.weight), _t(lin.bias))
 
 
-def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float) -> torch.Tensor:
+Observer = Callable[[str, torch.Tensor], None]
+
+
+def _ignore(name: str, value: torch.Tensor) -> None:
+    pass
+
+
+def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer, name: str) -> torch.Tensor:
     if kind == "layer":
-        return F.layer_norm(x, x.shape[-1:], _t(norm.weight), _t(norm.bias), eps)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _t(norm.weight)
+        x = x - x.mean(-1, keepdim=True)
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    else:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    observe(name, normed)  # before the gain: the gain folds into the next projection's weights
+    out = normed * _t(norm.weight)
+    return out if norm.bias is None else out + _t(norm.bias)
 
 
 def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,8 +56,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 @torch.no_grad()
-def float_forward(ir: ModelIR, ids: torch.Tensor) -> torch.Tensor:
-    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32."""
+def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore) -> torch.Tensor:
+    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32.
+
+    observe(site, tensor) sees the values at each site that becomes an integer format in
+    hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
+    attention output, gate, up, MLP hidden, logits.
+    """
     cfg = ir.config
     b, t = ids.shape
     x = _t(ir.embed)[ids]  # (b, t, d)
@@ -52,24 +70,41 @@ def float_forward(ir: ModelIR, ids: torch.Tensor) -> torch.Tensor:
         x = x + _t(ir.pos_embed)[:t]
     else:
         cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, t)  # (t, hd)
+    observe("residual", x)
     mask = torch.ones(t, t, dtype=torch.bool).tril()
-    for layer in ir.layers:
-        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps)
+    for i, layer in enumerate(ir.layers):
+        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm")
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        observe(f"layers.{i}.q", q)
+        observe(f"layers.{i}.k", k)
+        observe(f"layers.{i}.v", v)
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            observe(f"layers.{i}.q", q)
+            observe(f"layers.{i}.k", k)
         group = cfg.n_heads // cfg.n_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, t, hd)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, t)
         scores = scores.masked_fill(~mask, float("-inf"))
         y = scores.softmax(-1) @ v  # (b, h, t, hd)
-        x = x + _linear(y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim), layer.o)
-        h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps)
+        y = y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
+        observe(f"layers.{i}.attn_out", y)
+        x = x + _linear(y, layer.o)
+        observe("residual", x)
+        h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm")
+        up = _linear(h, layer.up)
+        observe(f"layers.{i}.up", up)
         if cfg.activation == "silu_glu":
-            inner = F.silu(_linear(h, layer.gate)) * _linear(h, layer.up)
+            gate = _linear(h, layer.gate)
+            observe(f"layers.{i}.gate", gate)
+            inner = F.silu(gate) * up
         else:
-            inner = F.gelu(_linear(h, layer.up), approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
+            inner = F.gelu(up, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
+        observe(f"layers.{i}.hidden", inner)
         x = x + _linear(inner, layer.down)
-    return _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps), ir.head)
+        observe("residual", x)
+    logits = _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm"), ir.head)
+    observe("logits", logits)
+    return logits

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
 from hardwire.examples.tiny_llama import TinyLlama, TinyLlamaConfig, export_onnx
 
 SEQ_MAX = 64

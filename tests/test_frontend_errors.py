@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+
 from hardwire.frontend import SUPPORTED_OPS, ModelImportError, load
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+
 from hardwire.frontend import ModelImportError, load
 
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from hardwire.quant.weights import (
     E2M1_VALUES,
     QuantizationError,

@@ -1,0 +1,101 @@
+"""The integer blocks of the decoder, one reference function each (docs/numerics.md §2-§8).
+
+These functions are the definition the RTL is tested against, block by block. They take
+plain int64 tensors with a leading batch of positions, so the reference decoder can run
+one position (incremental decoding) or a whole prefix (teacher forcing) through the very
+same code. Every intermediate is checked against its declared width.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .fixedpoint import check_width, rescale, round_shift, saturate
+from .tables import PROB_BITS, RECIP_BITS, ROPE_BITS, RSQRT_INDEX_BITS
+
+ACC_BITS = 32  # default accumulator width of matrix-vector products
+SCORE_BITS = 32  # q·k scores
+NORM_SUM_BITS = 63  # sum of squares inside a norm
+_BIT_POSITIONS = torch.arange(63, dtype=torch.int64)
+
+
+def matvec(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, acc_bits: int, what: str) -> torch.Tensor:
+    """acc = a @ weight.T + bias: int8 activations (..., in), integer weights (out, in) -> (..., out)."""
+    acc = a @ weight.T
+    if bias is not None:
+        acc = acc + bias
+    return check_width(acc, acc_bits, f"{what} accumulator")
+
+
+def bit_length(x: torch.Tensor) -> torch.Tensor:
+    """Number of significant bits of non-negative integers (a priority encoder in hardware)."""
+    return ((x.unsqueeze(-1) >> _BIT_POSITIONS) != 0).sum(-1)
+
+
+def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: torch.Tensor, what: str) -> torch.Tensor:
+    """RMSNorm or LayerNorm of the int16 residual (..., d) to int8 (gain folded into the next weights).
+
+    u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; the top 10 bits of ss (at an even
+    shift e) index RSQRT; t = u * RSQRT[m] >> (e/2 + 8) is u / sqrt(ss) in Q15; then one rescale.
+    """
+    d = x.shape[-1]
+    u = x if kind == "rms" else d * x - x.sum(-1, keepdim=True)
+    ss = check_width((u * u).sum(-1) + eps_q, NORM_SUM_BITS, f"{what} sum of squares")
+    e = (bit_length(ss) - RSQRT_INDEX_BITS).clamp(min=0)
+    e = e + (e & 1)
+    r = rsqrt[ss >> e]
+    t = check_width(round_shift(u * r.unsqueeze(-1), (e // 2 + 8).unsqueeze(-1)), 17, f"{what} normalised")
+    return rescale(t, mult, shift, 8)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on int8 heads (..., heads, head_dim) with Q14 tables (..., head_dim / 2)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
+    y1 = round_shift(x1 * c - x2 * s, ROPE_BITS)
+    y2 = round_shift(x2 * c + x1 * s, ROPE_BITS)
+    return saturate(torch.cat((y1, y2), dim=-1), 8)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int,
+              out_mult: int, out_shift: int, exp: torch.Tensor, what: str) -> torch.Tensor:
+    """Integer softmax attention.
+
+    q (B, P, H, hd), k and v (B, T, Hkv, hd) int8; valid (P, T) bool says which cached positions
+    each query sees. Per head: scores = q·k (int32); z = min(255, rescale(max - score)); e = EXP[z];
+    r = floor(2^30 / sum e); p = e*r in Q15; out = rescale(sum p*v, out_mult, out_shift) to int8: the
+    weighted mean of v is smaller than v, so it gets its own, finer scale. -> (B, P, H, hd) int8.
+    """
+    group = q.shape[2] // k.shape[2]
+    k = k.repeat_interleave(group, dim=2)  # head h reads kv head h // group
+    v = v.repeat_interleave(group, dim=2)
+    scores = check_width(torch.einsum("bphd,bthd->bhpt", q, k), SCORE_BITS, f"{what} scores")
+    floor = torch.iinfo(torch.int64).min
+    best = scores.masked_fill(~valid, floor).amax(-1, keepdim=True)
+    delta = (best - scores).masked_fill(~valid, 0)  # >= 0 where valid
+    z = rescale(delta, sm_mult, sm_shift, None).clamp(max=255)
+    e = exp[z].masked_fill(~valid, 0)
+    total = check_width(e.sum(-1, keepdim=True), 32, f"{what} exp sum")
+    recip = torch.div(1 << RECIP_BITS, total, rounding_mode="floor")
+    p = round_shift(e * recip, RECIP_BITS - PROB_BITS)  # Q15 probabilities
+    y = check_width(torch.einsum("bhpt,bthd->bphd", p, v), 32, f"{what} weighted sum")
+    return rescale(y, out_mult, out_shift, 8)
+
+
+def lookup(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """A 256-entry table indexed by an int8 value."""
+    return table[x + 128]
+
+
+def glu(gate: torch.Tensor, up: torch.Tensor, silu: torch.Tensor) -> torch.Tensor:
+    """SwiGLU: SILU[gate] * up, kept exact as int16 (its scale is s_gate * s_up): rounding it to int8
+    was the largest single error of the int8 decoder, so the down projection takes 16-bit inputs."""
+    return lookup(gate, silu) * up
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Index of the largest logit; ties go to the lowest token id."""
+    best = logits.amax(-1, keepdim=True)
+    ids = torch.arange(logits.shape[-1], dtype=torch.int64).expand_as(logits)
+    return torch.where(logits == best, ids, logits.shape[-1]).amin(-1)

@@ -1,0 +1,42 @@
+"""Folding norm gains and biases into the projections that follow them.
+
+The hardware normalises without a gain: g * n feeding W equals n feeding W * g, and a
+LayerNorm bias beta feeding W adds W @ beta to that projection's bias. The folded model
+computes the same function in float, and its projection weights are what the chip holds.
+A tied head stops being tied: it becomes embedding * final gain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..frontend.ir import Linear, ModelIR, Norm
+
+
+def _fold(lin: Linear | None, norm: Norm) -> Linear | None:
+    if lin is None:
+        return None
+    w = lin.weight.astype(np.float64)
+    bias = None if lin.bias is None else lin.bias.astype(np.float64)
+    if norm.bias is not None:
+        bias = (0 if bias is None else bias) + w @ norm.bias.astype(np.float64)
+    folded = (w * norm.weight.astype(np.float64)[None, :]).astype(np.float32)
+    return Linear(folded, None if bias is None else bias.astype(np.float32))
+
+
+def _unit(norm: Norm) -> Norm:
+    return Norm(np.ones_like(norm.weight), None if norm.bias is None else np.zeros_like(norm.bias))
+
+
+def fold_norms(ir: ModelIR) -> ModelIR:
+    """The same model with every norm gain and bias moved into the next projections."""
+    layers = tuple(
+        dataclasses.replace(layer, attn_norm=_unit(layer.attn_norm), mlp_norm=_unit(layer.mlp_norm),
+                            q=_fold(layer.q, layer.attn_norm), k=_fold(layer.k, layer.attn_norm),
+                            v=_fold(layer.v, layer.attn_norm), gate=_fold(layer.gate, layer.mlp_norm),
+                            up=_fold(layer.up, layer.mlp_norm))
+        for layer in ir.layers)
+    return dataclasses.replace(ir, layers=layers, final_norm=_unit(ir.final_norm), head=_fold(ir.head, ir.final_norm),
+                               config=dataclasses.replace(ir.config, tied_head=False), proof=None)

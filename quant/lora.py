@@ -1,0 +1,57 @@
+"""Host-side LoRA quantisation: float adapters -> what the host writes into the chip's SRAM.
+
+A LoRA adapter adds (alpha / rank) * B @ A to a projection (A: rank x in, B: out x rank).
+The chip holds A and B as int8 codes and two fixed-point rescales (docs/numerics.md §9);
+this module picks them from the float adapter and the projection's compile-time scales.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .fixedpoint import multiplier
+from .qmodel import QModel
+from .reference import LoraAdapter
+from .weights import QuantizationError
+
+_OUT_SCALE = {"q": "q", "k": "k", "v": "v", "gate": "gate", "up": "up"}  # int8 outputs; o and down add to the residual
+_IN_SCALE = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "o": "attn_out", "gate": "mlp_norm",
+             "up": "mlp_norm", "down": "hidden"}
+
+
+def _codes(m: np.ndarray) -> tuple[torch.Tensor, float]:
+    amax = float(np.abs(m).max())
+    if amax == 0:
+        return torch.zeros(m.shape, dtype=torch.int64), 0.0
+    scale = amax / 127
+    return torch.from_numpy(np.clip(np.floor(m / scale + 0.5), -127, 127).astype(np.int64)), scale
+
+
+def quantize_lora(qm: QModel, layer: int, site: str, a: np.ndarray, b: np.ndarray, alpha: float) -> LoraAdapter:
+    """Integer adapter for projection `site` of `layer` from float A (rank, in), B (out, rank) and alpha."""
+    if site not in qm.lora.sites or not 0 <= layer < len(qm.layers):
+        raise QuantizationError(f"no LoRA slot at layer {layer}, projection '{site}'; this build has slots on "
+                                f"{', '.join(qm.lora.sites)} of layers 0..{len(qm.layers) - 1}")
+    lin = getattr(qm.layers[layer], site)
+    out_features, in_features = lin.codes.shape
+    rank = qm.lora.rank
+    if a.shape != (rank, in_features) or b.shape != (out_features, rank):
+        raise QuantizationError(f"LoRA for layers.{layer}.{site} must be A ({rank}, {in_features}) and "
+                                f"B ({out_features}, {rank}); got A {a.shape} and B {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(alpha)):
+        raise QuantizationError(f"LoRA for layers.{layer}.{site} has non-finite values")
+    a_codes, s_a = _codes(np.asarray(a, np.float64))
+    b_codes, s_b = _codes(np.asarray(b, np.float64))
+    if s_a == 0 or s_b == 0 or alpha == 0:  # an all-zero adapter: the base model, exactly
+        zero = LoraAdapter(a=torch.zeros_like(a_codes), b=torch.zeros_like(b_codes), a_mult=1 << 14, a_shift=15,
+                           b_mult=1 << 14, b_shift=15)
+        return zero
+    s_in = qm.scales[f"layers.{layer}.{_IN_SCALE[site]}"]
+    s_out = qm.scales[f"layers.{layer}.{_OUT_SCALE[site]}"] if site in _OUT_SCALE else qm.scales["residual"]
+    in_bound = 1 << (lin.in_bits - 1)
+    worst = max(1, int(a_codes.abs().sum(1).max()) * in_bound)  # |A a| in codes, never exceeded
+    s_t = s_a * s_in * worst / 32767  # int16 intermediate that cannot saturate
+    a_mult, a_shift = multiplier(s_a * s_in / s_t, "LoRA A")
+    b_mult, b_shift = multiplier(s_b * s_t * (alpha / rank) / s_out, "LoRA B")
+    return LoraAdapter(a=a_codes, b=b_codes, a_mult=a_mult, a_shift=a_shift, b_mult=b_mult, b_shift=b_shift)

@@ -1,0 +1,210 @@
+"""ModelIR -> QModel: weight codes, activation scales, multipliers, shifts and tables.
+
+Floats live here and only here: every constant the integer decoder uses is computed
+once, from the folded float model and its calibration, and written down as integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from ..frontend.float_model import float_forward
+from ..frontend.ir import Linear, ModelIR
+from .calibrate import Calibration, calibrate, self_generated
+from .fixedpoint import bits_for, multiplier, multipliers
+from .fold import fold_norms
+from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
+from .tables import EXP_STEP, PROB_BITS, exp_table, gelu_table, rope_tables, rsqrt_table, silu_table
+from .weights import QuantizationError, QuantizedWeight, allocate_bits, quantize_int, quantize_mxfp4
+
+SCHEMES = ("int8", "int4", "int3", "mixed36", "mxfp4")
+RESIDUAL_HEADROOM = 2.0  # calibrated residual max maps to 2**14: one bit of headroom in int16
+LOGIT_BITS_USED = 20  # calibrated logit max maps to 2**20 inside int32
+MAX_ACC_BITS = 48
+DEFAULT_LORA = LoraSpec(rank=4, sites=("q", "v"))  # the usual LoRA placement, small enough to cost little SRAM
+_PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+_INPUT_SITE = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "o": "attn_out", "gate": "mlp_norm",
+               "up": "mlp_norm", "down": "hidden"}
+
+
+def _round_half_up(x: np.ndarray) -> np.ndarray:
+    return np.floor(x + 0.5)
+
+
+def _weights(ir: ModelIR) -> dict[str, np.ndarray]:
+    """name -> float (rows, cols) of every tensor the chip stores, from a folded IR."""
+    out = {"embed": ir.embed}
+    if ir.pos_embed is not None:
+        out["pos"] = ir.pos_embed
+    for i, layer in enumerate(ir.layers):
+        for part in _PROJECTIONS:
+            lin = getattr(layer, part)
+            if lin is not None:
+                out[f"layers.{i}.{part}"] = lin.weight
+    out["head"] = ir.head.weight
+    return out
+
+
+def _importance(name: str, cal: Calibration) -> np.ndarray | None:
+    if name in ("embed", "pos"):
+        return None
+    if name == "head":
+        return cal.mean_sq["final_norm"]
+    _, i, part = name.split(".")
+    return cal.mean_sq[f"layers.{i}.{_INPUT_SITE[part]}"]
+
+
+def _quantize(w: np.ndarray, scheme: str, bits: int, importance: np.ndarray | None) -> QuantizedWeight:
+    return quantize_mxfp4(w) if scheme == "mxfp4" else quantize_int(w, bits, importance)
+
+
+def _with_weight(ir: ModelIR, name: str, w: np.ndarray) -> ModelIR:
+    w = w.astype(np.float32)
+    if name == "embed":
+        return dataclasses.replace(ir, embed=w)
+    if name == "pos":
+        return dataclasses.replace(ir, pos_embed=w)
+    if name == "head":
+        return dataclasses.replace(ir, head=Linear(w, ir.head.bias))
+    _, i, part = name.split(".")
+    layers = list(ir.layers)
+    lin = getattr(layers[int(i)], part)
+    layers[int(i)] = dataclasses.replace(layers[int(i)], **{part: Linear(w, lin.bias)})
+    return dataclasses.replace(ir, layers=tuple(layers))
+
+
+def sensitivity(folded: ModelIR, cal: Calibration, bits: int = 3) -> dict[str, float]:
+    """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text."""
+    reference = float_forward(folded, cal.ids).double().log_softmax(-1)
+    out = {}
+    for name, w in _weights(folded).items():
+        fake = quantize_int(w, bits, _importance(name, cal)).dequantize()
+        logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
+        out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
+    return out
+
+
+def _expand_shift(qw: QuantizedWeight) -> torch.Tensor:
+    if qw.block_shift is None:
+        return torch.zeros(qw.codes.shape, dtype=torch.int64)
+    cols = qw.codes.shape[1]
+    return torch.from_numpy(np.repeat(qw.block_shift.astype(np.int64), QuantizedWeight.BLOCK, axis=1)[:, :cols])
+
+
+def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_in: float, s_out: float, out_bits: int,
+             in_bits: int = 8) -> QLinear:
+    codes = torch.from_numpy(qw.codes.astype(np.int64))
+    shift = _expand_shift(qw)
+    acc_scale = qw.row_scale * s_in  # float value of one accumulator unit, per output row
+    bias_int = np.zeros(codes.shape[0]) if bias is None else _round_half_up(bias.astype(np.float64) / acc_scale)
+    bias_t = torch.from_numpy(bias_int.astype(np.int64))
+    mult, shr = multipliers(list(acc_scale / s_out), name)
+    bound = int(((codes << shift).abs().sum(1) * (1 << (in_bits - 1)) + bias_t.abs()).max())  # worst-case |acc|
+    acc_bits = max(bits_for(bound), 16)
+    if acc_bits > MAX_ACC_BITS:
+        raise QuantizationError(f"{name}: worst-case accumulator needs {acc_bits} bits, over the {MAX_ACC_BITS}-bit limit")
+    return QLinear(codes=codes, block_shift=shift, bias=bias_t, mult=mult, shift=shr, bits=qw.bits, scheme=qw.scheme,
+                   in_bits=in_bits, out_bits=out_bits, acc_bits=acc_bits, error=qw.error)
+
+
+def _qembedding(name: str, qw: QuantizedWeight, s_x: float) -> QEmbedding:
+    mult, shr = multipliers(list(qw.row_scale / s_x), name)
+    return QEmbedding(codes=torch.from_numpy(qw.codes.astype(np.int64)), block_shift=_expand_shift(qw), mult=mult,
+                      shift=shr, bits=qw.bits, scheme=qw.scheme, error=qw.error)
+
+
+def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: float) -> QNorm:
+    k = d if kind == "layer" else 1  # LayerNorm centres as d*x - sum(x)
+    eps_q = max(1, math.floor(eps * d * k * k / (s_x * s_x) + 0.5))
+    mult, shift = multiplier(math.sqrt(d) / (2**15 * s_out), "norm")
+    return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift)
+
+
+def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float) -> dict[str, int]:
+    weights = _weights(folded)
+    if scheme == "mixed36":
+        sens = sensitivity(folded, cal)
+        return allocate_bits({n: int(w.size) for n, w in weights.items()}, sens, avg_bits)
+    width = {"int8": 8, "int4": 4, "int3": 3, "mxfp4": 4}[scheme]
+    return dict.fromkeys(weights, width)
+
+
+def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_ids: torch.Tensor | None = None,
+             context: int | None = None, lora: LoraSpec = DEFAULT_LORA) -> QModel:
+    """Quantise a ModelIR into the integer program the hardware runs."""
+    if scheme not in SCHEMES:
+        raise QuantizationError(f"unknown scheme '{scheme}'; accepted: {', '.join(SCHEMES)}")
+    cfg = ir.config
+    context = context or cfg.context or 128
+    if cfg.positions == "learned" and context > ir.pos_embed.shape[0]:
+        raise QuantizationError(f"context {context} exceeds the model's {ir.pos_embed.shape[0]} learned positions")
+    bad = [s for s in lora.sites if s not in _PROJECTIONS or (s == "gate" and cfg.activation != "silu_glu")]
+    if bad:
+        raise QuantizationError(f"LoRA sites {bad} are not projections of this model; accepted: "
+                                f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.activation == 'silu_glu')}")
+    folded = fold_norms(ir)  # norm gains and biases into the projections
+    if calib_ids is None:
+        calib_ids = self_generated(folded, sequences=8, length=min(context, 128))
+    cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
+    bits = choose_bits(scheme, folded, cal, avg_bits)  # per-tensor widths (mixed36: by sensitivity)
+    weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
+    qw = {n: _quantize(w, weight_scheme, bits[n], _importance(n, cal)) for n, w in _weights(folded).items()}
+
+    def s8(site: str) -> float:
+        return cal.int8_scale(site)
+
+    scales = {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
+              "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
+    s_x = scales["residual"]
+    d = cfg.d_model
+    layers = []
+    for i, layer in enumerate(folded.layers):
+        site = {p: f"layers.{i}.{p}" for p in ("attn_norm", "q", "k", "v", "mlp_norm", "gate", "up", "hidden")}
+        s = {p: s8(name) for p, name in site.items() if name in cal.amax}
+        s["attn_out"] = s8(f"layers.{i}.attn_out")
+        scales.update({f"layers.{i}.{p}": v for p, v in s.items()})
+
+        def lin(part: str, s_in: float, s_out: float, out_bits: int, in_bits: int = 8, i: int = i,
+                layer=layer) -> QLinear | None:
+            src = getattr(layer, part)
+            if src is None:
+                return None
+            return _qlinear(f"layers.{i}.{part}", qw[f"layers.{i}.{part}"], src.bias, s_in, s_out, out_bits, in_bits)
+
+        sm_mult, sm_shift = multiplier(s["q"] * s["k"] / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
+        gated = cfg.activation == "silu_glu"
+        att_mult, att_shift = multiplier(s["v"] / (2**PROB_BITS * s["attn_out"]), "attention output")
+        if gated:
+            table = silu_table(s["gate"])
+            s["hidden"] = s["gate"] * s["up"]  # SILU[g] * u, exact in int16
+        else:
+            table = gelu_table(s["up"], s["hidden"], approximate=cfg.activation == "gelu_tanh")
+        scales[f"layers.{i}.hidden"] = s["hidden"]
+        layers.append(QLayer(
+            attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, s["attn_norm"]),
+            q=lin("q", s["attn_norm"], s["q"], 8), k=lin("k", s["attn_norm"], s["k"], 8),
+            v=lin("v", s["attn_norm"], s["v"], 8), o=lin("o", s["attn_out"], s_x, 16),
+            sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
+            mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, s["mlp_norm"]),
+            gate=lin("gate", s["mlp_norm"], s["gate"], 8) if gated else None,
+            up=lin("up", s["mlp_norm"], s["up"], 8), down=lin("down", s["hidden"], s_x, 16, 16 if gated else 8),
+            act_table=table))
+    scales["final_norm"] = s8("final_norm")
+    head = _qlinear("head", qw["head"], folded.head.bias, scales["final_norm"], scales["logits"], 32)
+    if cfg.positions == "rope":
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context)
+    else:
+        cos = sin = torch.zeros((0, cfg.head_dim // 2), dtype=torch.int64)
+    pos = None
+    if cfg.positions == "learned":
+        pos_w = quantize_mxfp4(ir.pos_embed[:context]) if weight_scheme == "mxfp4" else \
+            quantize_int(ir.pos_embed[:context], bits["pos"])
+        pos = _qembedding("pos", pos_w, s_x)
+    return QModel(config=cfg, scheme=scheme, context=context, embed=_qembedding("embed", qw["embed"], s_x),
+                  layers=tuple(layers), final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, scales["final_norm"]),
+                  head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
+                  lora=lora, pos=pos)

@@ -1,0 +1,148 @@
+"""The integer reference decoder: the one definition of what the hardware computes.
+
+It reads like the float model it mirrors (frontend/float_model.py), op for op, but every
+value is an integer and every op is a block from blocks.py. `ReferenceDecoder` decodes
+one token at a time with a KV cache, as the chip does; `forward` runs a whole prefix at
+once through the same code, for evaluation and for checking the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import blocks
+from .fixedpoint import rescale, round_shift, saturate
+from .qmodel import QEmbedding, QLinear, QModel
+
+
+class DecodeError(Exception):
+    """A condition the hardware flags instead of decoding: full context, token out of range."""
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """One adapter in the chip's SRAM (docs/numerics.md §9): out += B (A a) at a fixed-point scale."""
+
+    a: torch.Tensor  # int64 (rank, in): int8 codes
+    b: torch.Tensor  # int64 (out, rank): int8 codes
+    a_mult: int  # A a (int32) -> int16
+    a_shift: int
+    b_mult: int  # B t (int32) -> the projection's output units
+    b_shift: int
+
+
+LoraSet = dict[tuple[int, str], LoraAdapter]  # (layer, projection) -> adapter
+
+
+def lora_delta(a: torch.Tensor, adapter: LoraAdapter, what: str) -> torch.Tensor:
+    t = blocks.matvec(a, adapter.a, None, 32, f"{what} LoRA A")
+    t16 = rescale(t, adapter.a_mult, adapter.a_shift, 16)
+    low = blocks.matvec(t16, adapter.b, None, 32, f"{what} LoRA B")
+    return round_shift(low * adapter.b_mult, adapter.b_shift)
+
+
+def linear(a: torch.Tensor, lin: QLinear, what: str, adapter: LoraAdapter | None = None) -> torch.Tensor:
+    """rescale(W a + bias) into the output format, plus the LoRA term before saturation."""
+    acc = blocks.matvec(a, lin.weight, lin.bias, lin.acc_bits, what)
+    y = rescale(acc, lin.mult, lin.shift, None)
+    if adapter is not None:
+        y = y + lora_delta(a, adapter, what)
+    return saturate(y, lin.out_bits)
+
+
+def embed(table: QEmbedding, rows: torch.Tensor) -> torch.Tensor:
+    return rescale(table.weight[rows], table.mult[rows].unsqueeze(-1), table.shift[rows].unsqueeze(-1), 16)
+
+
+def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor]] | None,
+        lora: LoraSet | None = None) -> torch.Tensor:
+    """Decode positions start.. of ids (batch, P); extends cache (per layer [k, v]) in place if given.
+
+    -> logits (batch, P, vocab) int32 at scale qm.scales["logits"].
+    """
+    cfg = qm.config
+    lora = lora or {}
+    b, p = ids.shape
+    positions = torch.arange(start, start + p)
+    x = embed(qm.embed, ids)  # (b, p, d) int16 residual
+    if qm.pos is not None:
+        x = saturate(x + embed(qm.pos, positions), 16)
+    for i, layer in enumerate(qm.layers):
+        name = f"layers.{i}"
+        a = blocks.norm(x, layer.attn_norm.kind, layer.attn_norm.eps_q, layer.attn_norm.mult, layer.attn_norm.shift,
+                        qm.rsqrt, f"{name}.attn_norm")  # (b, p, d) int8
+        q = linear(a, layer.q, f"{name}.q", lora.get((i, "q"))).view(b, p, cfg.n_heads, cfg.head_dim)
+        k = linear(a, layer.k, f"{name}.k", lora.get((i, "k"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
+        v = linear(a, layer.v, f"{name}.v", lora.get((i, "v"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
+        if cfg.positions == "rope":
+            cos, sin = qm.rope_cos[positions], qm.rope_sin[positions]  # (p, hd/2) Q14
+            q, k = blocks.rope(q, cos, sin), blocks.rope(k, cos, sin)
+        if cache is not None:
+            cache[i][0] = torch.cat((cache[i][0], k), dim=1)  # (b, t, kvh, hd)
+            cache[i][1] = torch.cat((cache[i][1], v), dim=1)
+            k, v = cache[i]
+        valid = torch.arange(k.shape[1])[None, :] <= positions[:, None]  # (p, t): causal
+        y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
+                             f"{name}.attention")
+        x = saturate(x + linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o"))), 16)
+        a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
+                        qm.rsqrt, f"{name}.mlp_norm")
+        up = linear(a, layer.up, f"{name}.up", lora.get((i, "up")))
+        if layer.gate is not None:
+            gate = linear(a, layer.gate, f"{name}.gate", lora.get((i, "gate")))
+            h = blocks.glu(gate, up, layer.act_table)
+        else:
+            h = blocks.lookup(up, layer.act_table)
+        x = saturate(x + linear(h, layer.down, f"{name}.down", lora.get((i, "down"))), 16)
+    fn = qm.final_norm
+    a = blocks.norm(x, fn.kind, fn.eps_q, fn.mult, fn.shift, qm.rsqrt, "final_norm")
+    return linear(a, qm.head, "head")
+
+
+def forward(qm: QModel, ids: torch.Tensor, lora: LoraSet | None = None) -> torch.Tensor:
+    """Logits for every position of ids (batch, T), recomputing the whole prefix (no cache)."""
+    if ids.shape[1] > qm.context:
+        raise DecodeError(f"sequence of {ids.shape[1]} tokens exceeds the context of {qm.context}")
+    return run(qm, ids, 0, None, lora)
+
+
+class ReferenceDecoder:
+    """Token-at-a-time decoding with a KV cache, exactly as the chip does it."""
+
+    def __init__(self, qm: QModel, lora: LoraSet | None = None) -> None:
+        self.qm = qm
+        self.lora = lora
+        self.reset()
+
+    def reset(self) -> None:
+        """The new-sequence flag: forget the KV cache."""
+        cfg = self.qm.config
+        empty = torch.zeros((1, 0, cfg.n_kv_heads, cfg.head_dim), dtype=torch.int64)
+        self.cache = [[empty, empty] for _ in self.qm.layers]
+        self.position = 0
+
+    def step(self, token: int) -> torch.Tensor:
+        """Feed one token; -> int32 logits (vocab,) for the next one."""
+        if not 0 <= token < self.qm.config.vocab_size:
+            raise DecodeError(f"token id {token} is out of range; accepted: 0..{self.qm.config.vocab_size - 1}")
+        if self.position >= self.qm.context:
+            raise DecodeError(f"context full: all {self.qm.context} positions are used; start a new sequence")
+        logits = run(self.qm, torch.tensor([[token]]), self.position, self.cache, self.lora)
+        self.position += 1
+        return logits[0, 0]
+
+    def generate(self, prompt: list[int], n: int) -> list[int]:
+        """Greedy: feed the prompt, then n tokens, each the argmax of the last logits (ties: lowest id)."""
+        if not prompt:
+            raise DecodeError("the prompt is empty; at least one token is needed")
+        for token in prompt:
+            logits = self.step(token)
+        out = []
+        for _ in range(n):
+            token = int(blocks.argmax(logits))
+            out.append(token)
+            if len(out) < n:
+                logits = self.step(token)
+        return out

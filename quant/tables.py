@@ -1,0 +1,66 @@
+"""Lookup tables: the decoder's non-linear functions as constants (docs/numerics.md §3).
+
+Tables are computed once at compile time (floats allowed here) and are then exact in
+both executions by construction: the reference indexes them, the RTL holds them in ROM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+EXP_BITS = 15  # exp table output: Q15, EXP[0] = 2**15
+EXP_STEP = 1 / 16  # nats per softmax table index: 256 entries cover 16 nats below the max
+RSQRT_INDEX_BITS = 10  # rsqrt table index: the top 10 bits of the sum of squares (even shift)
+RSQRT_BITS = 23  # RSQRT[m] = round(2**23 / sqrt(m))
+ROPE_BITS = 14  # cos/sin in Q14
+PROB_BITS = 15  # softmax probabilities in Q15
+RECIP_BITS = 30  # softmax reciprocal: floor(2**30 / sum)
+
+
+def _round(x: float) -> int:
+    """Round half up: the same rule as the datapath, for reproducible tables."""
+    return math.floor(x + 0.5)
+
+
+def exp_table() -> torch.Tensor:
+    """EXP[z] = round(2**15 * exp(-z * EXP_STEP)), z in 0..255 (int64)."""
+    return torch.tensor([_round((1 << EXP_BITS) * math.exp(-z * EXP_STEP)) for z in range(256)], dtype=torch.int64)
+
+
+def rsqrt_table() -> torch.Tensor:
+    """RSQRT[m] = round(2**23 / sqrt(m)) for m in 1..1023; RSQRT[0] is never read (sums are >= 1)."""
+    return torch.tensor([0] + [_round((1 << RSQRT_BITS) / math.sqrt(m)) for m in range(1, 1 << RSQRT_INDEX_BITS)],
+                        dtype=torch.int64)
+
+
+def _int8(x: float) -> int:
+    return max(-128, min(127, _round(x)))
+
+
+def silu_table(in_scale: float) -> torch.Tensor:
+    """SILU[c + 128] = round(silu(c * s) / s): int8 in, int8 out at the same scale (silu(x) <= x for x > 0)."""
+    return torch.tensor([_int8((c * in_scale) / (1 + math.exp(-c * in_scale)) / in_scale) for c in range(-128, 128)],
+                        dtype=torch.int64)
+
+
+def gelu_table(in_scale: float, out_scale: float, approximate: bool) -> torch.Tensor:
+    """GELU[c + 128] = round(gelu(c * s_in) / s_out), exact (erf) or tanh form."""
+    def gelu(x: float) -> float:
+        if approximate:
+            return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+        return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+
+    return torch.tensor([_int8(gelu(c * in_scale) / out_scale) for c in range(-128, 128)], dtype=torch.int64)
+
+
+def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin in Q14, shape (positions, head_dim // 2): angle(p, i) = p * theta**(-2i / head_dim)."""
+    half = head_dim // 2
+    cos = [[_round(math.cos(p * theta ** (-2 * i / head_dim)) * (1 << ROPE_BITS)) for i in range(half)]
+           for p in range(positions)]
+    sin = [[_round(math.sin(p * theta ** (-2 * i / head_dim)) * (1 << ROPE_BITS)) for i in range(half)]
+           for p in range(positions)]
+    return torch.tensor(cos, dtype=torch.int64).reshape(positions, half), \
+        torch.tensor(sin, dtype=torch.int64).reshape(positions, half)

@@ -1,0 +1,185 @@
+"""The integer reference decoder: cache against recompute, widths, errors, LoRA, persistence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from hardwire.cli import BUNDLED_MODEL
+from hardwire.frontend import float_forward, load
+from hardwire.frontend.ir import Linear
+from hardwire.quant import reference
+from hardwire.quant.fixedpoint import WidthError
+from hardwire.quant.lora import quantize_lora
+from hardwire.quant.qmodel import LoraSpec, QModel
+from hardwire.quant.quantize import quantize
+from hardwire.quant.reference import DecodeError, ReferenceDecoder
+from hardwire.quant.weights import QuantizationError
+
+_IR: dict[str, object] = {}
+_QM: dict[tuple[str, str], QModel] = {}
+
+
+def ir_of(exported, name):
+    if name not in _IR:
+        _IR[name] = load(exported(name)[1])
+    return _IR[name]
+
+
+def qmodel(exported, name, scheme):
+    if (name, scheme) not in _QM:
+        _QM[name, scheme] = quantize(ir_of(exported, name), scheme, context=32)
+    return _QM[name, scheme]
+
+
+@pytest.mark.parametrize("name,scheme", [("llama-gqa-untied", "int8"), ("llama-gqa-untied", "mixed36"),
+                                         ("llama-gqa-untied", "mxfp4"), ("gpt2", "int8"), ("gpt2", "mxfp4"),
+                                         ("example-dynamo", "int4")])
+def test_incremental_decoding_equals_full_recompute(exported, name, scheme):
+    qm = qmodel(exported, name, scheme)
+    decoder = ReferenceDecoder(qm)
+    prompt = [3, 17, 5, 38, 11]
+    stepped = [decoder.step(t) for t in prompt]
+    tokens: list[int] = []
+    logits = stepped[-1]
+    for _ in range(20):
+        tokens.append(int(reference.blocks.argmax(logits)))
+        logits = decoder.step(tokens[-1])
+        stepped.append(logits)
+    full = reference.forward(qm, torch.tensor([prompt + tokens]))[0]  # (positions, vocab)
+    assert torch.equal(torch.stack(stepped), full)
+
+
+def test_generate_matches_stepping_and_reset_starts_over(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "int8")
+    decoder = ReferenceDecoder(qm)
+    first = decoder.generate([1, 2, 3], 10)
+    again = decoder.generate([1, 2, 3], 4)  # continues the same sequence: different context
+    decoder.reset()
+    assert decoder.generate([1, 2, 3], 10) == first
+    assert len(again) == 4
+
+
+def test_errors_the_hardware_flags(exported):
+    qm = qmodel(exported, "gpt2", "int8")
+    decoder = ReferenceDecoder(qm)
+    with pytest.raises(DecodeError, match=r"^token id 96 is out of range; accepted: 0..95$"):
+        decoder.step(96)
+    for t in range(qm.context):
+        decoder.step(t % 7)
+    with pytest.raises(DecodeError, match=r"^context full: all 32 positions are used; start a new sequence$"):
+        decoder.step(1)
+    with pytest.raises(DecodeError, match="the prompt is empty"):
+        ReferenceDecoder(qm).generate([], 3)
+
+
+def test_accumulator_wider_than_declared_raises(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "int8")
+    narrow = dataclasses.replace(qm.layers[0].q, acc_bits=10)
+    broken = dataclasses.replace(qm, layers=(dataclasses.replace(qm.layers[0], q=narrow), *qm.layers[1:]))
+    with pytest.raises(WidthError, match=r"^layers.0.q accumulator: value -?\d+ does not fit its declared int10 "):
+        ReferenceDecoder(broken).step(5)
+
+
+def test_declared_accumulator_widths_hold_the_worst_case(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "mxfp4")
+    for name, lin in qm.linears():
+        worst = int(lin.weight.abs().sum(1).max()) * (1 << (lin.in_bits - 1)) + int(lin.bias.abs().max())
+        assert worst < 1 << (lin.acc_bits - 1), name
+
+
+def test_save_and_load_give_the_same_tokens(exported, tmp_path):
+    qm = qmodel(exported, "gpt2", "mxfp4")
+    qm.save(tmp_path)
+    loaded = QModel.load(tmp_path)
+    assert loaded.config == qm.config and loaded.scales == qm.scales and loaded.lora == qm.lora
+    assert torch.equal(loaded.layers[1].v.codes, qm.layers[1].v.codes)
+    assert ReferenceDecoder(loaded).generate([4, 8, 15], 12) == ReferenceDecoder(qm).generate([4, 8, 15], 12)
+    assert not any(p.suffix == ".pkl" for p in tmp_path.iterdir())
+
+
+def test_mixed36_stays_within_its_budget_and_mixes(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "mixed36")
+    assert qm.avg_weight_bits <= 4.0
+    widths = {t.bits for _, t in qm.weight_tensors()}
+    assert widths == {3, 6}
+
+
+def test_unknown_scheme_and_bad_lora_site(exported):
+    ir = ir_of(exported, "gpt2")
+    with pytest.raises(QuantizationError, match=r"^unknown scheme 'int5'; accepted: int8, int4, int3, mixed36, mxfp4$"):
+        quantize(ir, "int5")
+    with pytest.raises(QuantizationError, match=r"^LoRA sites \['gate'\] are not projections of this model; accepted: "
+                                                r"q, k, v, o, up, down$"):
+        quantize(ir, "int8", lora=LoraSpec(4, ("gate",)))
+
+
+def _adapters(qm, rng, scale):
+    cfg = qm.config
+    out = {}
+    floats = {}
+    for layer in range(cfg.n_layers):
+        for site in qm.lora.sites:
+            rows, cols = getattr(qm.layers[layer], site).codes.shape
+            a = rng.normal(size=(qm.lora.rank, cols)) * scale
+            b = rng.normal(size=(rows, qm.lora.rank)) * scale
+            out[layer, site] = quantize_lora(qm, layer, site, a, b, alpha=8.0)
+            floats[layer, site] = (a, b)
+    return out, floats
+
+
+def test_zero_lora_leaves_tokens_unchanged(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "int8")
+    cfg = qm.config
+    zero = {(i, s): quantize_lora(qm, i, s, np.zeros((4, cfg.d_model)),
+                                  np.zeros((getattr(qm.layers[i], s).codes.shape[0], 4)), 8.0)
+            for i in range(cfg.n_layers) for s in qm.lora.sites}
+    ids = torch.tensor([[5, 9, 2, 7, 7, 30, 1]])
+    assert torch.equal(reference.forward(qm, ids, zero), reference.forward(qm, ids))
+
+
+def test_lora_applies_the_float_adapter(exported):
+    """The integer adapter moves the logits the way the float merged model says it should."""
+    ir = ir_of(exported, "llama-gqa-untied")
+    qm = qmodel(exported, "llama-gqa-untied", "int8")
+    adapters, floats = _adapters(qm, np.random.default_rng(3), 0.1)
+    layers = list(ir.layers)
+    for (i, site), (a, b) in floats.items():
+        lin = getattr(layers[i], site)
+        merged = lin.weight + (8.0 / 4) * (b @ a).astype(np.float32)
+        layers[i] = dataclasses.replace(layers[i], **{site: Linear(merged, lin.bias)})
+    merged_ir = dataclasses.replace(ir, layers=tuple(layers))
+    ids = torch.randint(0, 96, (4, 32), generator=torch.Generator().manual_seed(0))
+    target = float_forward(merged_ir, ids).argmax(-1)
+    with_adapter = reference.forward(qm, ids, adapters).argmax(-1)
+    without = reference.forward(qm, ids).argmax(-1)
+    agree_with = float((with_adapter == target).double().mean())
+    agree_without = float((without == target).double().mean())
+    assert agree_without < 0.5 and agree_with > 0.85  # the adapter matters, and integer LoRA follows it
+
+
+def test_lora_shape_and_slot_errors(exported):
+    qm = qmodel(exported, "llama-gqa-untied", "int8")
+    with pytest.raises(QuantizationError, match=r"^no LoRA slot at layer 0, projection 'o'; this build has slots on "
+                                                r"q, v of layers 0..1$"):
+        quantize_lora(qm, 0, "o", np.zeros((4, 64)), np.zeros((64, 4)), 1.0)
+    with pytest.raises(QuantizationError, match=r"^LoRA for layers.1.v must be A \(4, 64\) and B \(32, 4\); "
+                                                r"got A \(4, 63\) and B \(32, 4\)$"):
+        quantize_lora(qm, 1, "v", np.zeros((4, 63)), np.zeros((32, 4)), 1.0)
+
+
+# The pinned model: the bundled one, its int8 build, and the exact greedy tokens it decodes.
+GOLDEN_PROMPT = "ROMEO:"
+GOLDEN_INT8 = [0, 21, 1, 61, 47, 50, 50, 1, 52, 53, 58, 1, 57, 53, 8, 0, 0, 25, 17, 30, 15, 33, 32, 21, 27, 10, 0, 13, 1,
+               54, 50, 39]  # "\nI will not so.\n\nMERCUTIO:\nA pla"
+
+
+def test_bundled_model_golden_tokens():
+    ir = load(BUNDLED_MODEL)
+    qm = quantize(ir, "int8")
+    stoi = {c: i for i, c in enumerate(ir.vocab)}
+    tokens = ReferenceDecoder(qm).generate([stoi[c] for c in GOLDEN_PROMPT], 32)
+    assert tokens == GOLDEN_INT8, "".join(ir.vocab[t] for t in tokens)
