@@ -23,6 +23,7 @@ class Calibration:
     amax: dict[str, float]  # site -> max |value| (sites named as float_forward's observe calls them)
     mean_sq: dict[str, np.ndarray]  # site -> mean square per channel: importance of a projection's inputs
     samples: dict[str, torch.Tensor]  # site -> every observed value (flat float32), for choosing clipping ranges
+    gram: dict[str, np.ndarray]  # site -> E[a a^T] (channels, channels): the Hessian GPTQ rounds against
 
     def int8_scale(self, site: str) -> float:
         """Scale of one int8 step at a site: the clipping range with the least squared error, over 127."""
@@ -53,6 +54,7 @@ def text_ids(text: str, vocab: tuple[str, ...], sequences: int, length: int) -> 
 def calibrate(ir: ModelIR, ids: torch.Tensor) -> Calibration:
     amax: dict[str, float] = defaultdict(float)
     sums: dict[str, torch.Tensor] = {}
+    grams: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = defaultdict(int)
     samples: dict[str, list[torch.Tensor]] = defaultdict(list)
 
@@ -62,12 +64,14 @@ def calibrate(ir: ModelIR, ids: torch.Tensor) -> Calibration:
         if value.dim() == 3:  # (batch, seq, channels): a projection input
             flat = value.reshape(-1, value.shape[-1]).double()
             sums[site] = sums.get(site, 0) + flat.pow(2).sum(0)
+            grams[site] = grams.get(site, 0) + flat.T @ flat
             counts[site] += flat.shape[0]
 
     float_forward(ir, ids, observe)
     mean_sq = {site: (sums[site] / counts[site]).numpy() for site in sums}
     return Calibration(ids=ids, amax=dict(amax), mean_sq=mean_sq,
-                       samples={site: torch.cat(values) for site, values in samples.items()})
+                       samples={site: torch.cat(values) for site, values in samples.items()},
+                       gram={site: (grams[site] / counts[site]).numpy() for site in grams})
 
 
 def clip_range(values: torch.Tensor, levels: int) -> float:

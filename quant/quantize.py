@@ -17,6 +17,7 @@ from ..frontend.ir import Linear, ModelIR
 from .calibrate import Calibration, calibrate, self_generated
 from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
+from .gptq import gptq
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
 from .tables import EXP_STEP, PROB_BITS, exp_table, gelu_table, rope_tables, rsqrt_table, silu_table
 from .weights import QuantizationError, QuantizedWeight, allocate_bits, quantize_int, quantize_mxfp4
@@ -49,17 +50,24 @@ def _weights(ir: ModelIR) -> dict[str, np.ndarray]:
     return out
 
 
-def _importance(name: str, cal: Calibration) -> np.ndarray | None:
+def _input_site(name: str) -> str | None:
+    """Calibration site of a tensor's matmul input; None for lookup tables (embeddings)."""
     if name in ("embed", "pos"):
         return None
     if name == "head":
-        return cal.mean_sq["final_norm"]
+        return "final_norm"
     _, i, part = name.split(".")
-    return cal.mean_sq[f"layers.{i}.{_INPUT_SITE[part]}"]
+    return f"layers.{i}.{_INPUT_SITE[part]}"
 
 
-def _quantize(w: np.ndarray, scheme: str, bits: int, importance: np.ndarray | None) -> QuantizedWeight:
-    return quantize_mxfp4(w) if scheme == "mxfp4" else quantize_int(w, bits, importance)
+def _quantize(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration) -> QuantizedWeight:
+    """Round-to-nearest scales and codes, then GPTQ re-rounding against the input's Hessian."""
+    site = _input_site(name)
+    if scheme == "mxfp4":
+        base = quantize_mxfp4(w)
+    else:
+        base = quantize_int(w, bits, None if site is None else cal.mean_sq[site])
+    return base if site is None else gptq(w, cal.gram[site], base)
 
 
 def _with_weight(ir: ModelIR, name: str, w: np.ndarray) -> ModelIR:
@@ -82,7 +90,7 @@ def sensitivity(folded: ModelIR, cal: Calibration, bits: int = 3) -> dict[str, f
     reference = float_forward(folded, cal.ids).double().log_softmax(-1)
     out = {}
     for name, w in _weights(folded).items():
-        fake = quantize_int(w, bits, _importance(name, cal)).dequantize()
+        fake = _quantize(name, w, "int", bits, cal).dequantize()
         logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
         out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
     return out
@@ -152,7 +160,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     bits = choose_bits(scheme, folded, cal, avg_bits)  # per-tensor widths (mixed36: by sensitivity)
     weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
-    qw = {n: _quantize(w, weight_scheme, bits[n], _importance(n, cal)) for n, w in _weights(folded).items()}
+    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal) for n, w in _weights(folded).items()}
 
     def s8(site: str) -> float:
         return cal.int8_scale(site)
