@@ -16,6 +16,8 @@ import torch
 from ..frontend.float_model import float_forward
 from ..frontend.ir import ModelIR
 
+SMOOTHING = 0.5  # SmoothQuant's alpha for per-channel activation scales
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -28,6 +30,17 @@ class Calibration:
     def int8_scale(self, site: str) -> float:
         """Scale of one int8 step at a site: the clipping range with the least squared error, over 127."""
         return clip_range(self.samples[site], 127) / 127
+
+    def channel_scales(self, site: str, channels: int, alpha: float = SMOOTHING) -> np.ndarray:
+        """Per-channel int8 steps (channels,): channel j is divided by amax_j ** alpha, then one clipped range.
+
+        SmoothQuant's migration: outlier channels get coarser steps, the weights that read them
+        absorb the factor (docs/numerics.md §2), and the int8 grid is spent evenly.
+        """
+        values = self.samples[site].reshape(-1, channels).double()
+        factor = values.abs().amax(0).clamp(min=1e-12) ** alpha  # (channels,)
+        common = clip_range((values / factor).reshape(-1), 127) / 127
+        return (factor * common).numpy()
 
 
 @torch.no_grad()

@@ -15,10 +15,6 @@ from .qmodel import QModel
 from .reference import LoraAdapter
 from .weights import QuantizationError
 
-_OUT_SCALE = {"q": "q", "k": "k", "v": "v", "gate": "gate", "up": "up"}  # int8 outputs; o and down add to the residual
-_IN_SCALE = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "o": "attn_out", "gate": "mlp_norm",
-             "up": "mlp_norm", "down": "hidden"}
-
 
 def _codes(m: np.ndarray) -> tuple[torch.Tensor, float]:
     amax = float(np.abs(m).max())
@@ -41,17 +37,14 @@ def quantize_lora(qm: QModel, layer: int, site: str, a: np.ndarray, b: np.ndarra
                                 f"B ({out_features}, {rank}); got A {a.shape} and B {b.shape}")
     if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(alpha)):
         raise QuantizationError(f"LoRA for layers.{layer}.{site} has non-finite values")
-    a_codes, s_a = _codes(np.asarray(a, np.float64))
-    b_codes, s_b = _codes(np.asarray(b, np.float64))
+    in_steps, out_steps = (np.asarray(v) for v in qm.steps[f"layers.{layer}.{site}"])
+    a_codes, s_a = _codes(np.asarray(a, np.float64) * in_steps[None, :])  # A sees integer inputs
+    b_codes, s_b = _codes(np.asarray(b, np.float64) / out_steps[:, None])  # B writes output units
     if s_a == 0 or s_b == 0 or alpha == 0:  # an all-zero adapter: the base model, exactly
-        zero = LoraAdapter(a=torch.zeros_like(a_codes), b=torch.zeros_like(b_codes), a_mult=1 << 14, a_shift=15,
+        return LoraAdapter(a=torch.zeros_like(a_codes), b=torch.zeros_like(b_codes), a_mult=1 << 14, a_shift=15,
                            b_mult=1 << 14, b_shift=15)
-        return zero
-    s_in = qm.scales[f"layers.{layer}.{_IN_SCALE[site]}"]
-    s_out = qm.scales[f"layers.{layer}.{_OUT_SCALE[site]}"] if site in _OUT_SCALE else qm.scales["residual"]
-    in_bound = 1 << (lin.in_bits - 1)
-    worst = max(1, int(a_codes.abs().sum(1).max()) * in_bound)  # |A a| in codes, never exceeded
-    s_t = s_a * s_in * worst / 32767  # int16 intermediate that cannot saturate
-    a_mult, a_shift = multiplier(s_a * s_in / s_t, "LoRA A")
-    b_mult, b_shift = multiplier(s_b * s_t * (alpha / rank) / s_out, "LoRA B")
+    worst = max(1, int(a_codes.abs().sum(1).max()) * (1 << (lin.in_bits - 1)))  # |A a| in codes, never exceeded
+    s_t = s_a * worst / 32767  # step of the int16 intermediate, chosen so that it cannot saturate
+    a_mult, a_shift = multiplier(s_a / s_t, "LoRA A")
+    b_mult, b_shift = multiplier(s_b * s_t * (alpha / rank), "LoRA B")
     return LoraAdapter(a=a_codes, b=b_codes, a_mult=a_mult, a_shift=a_shift, b_mult=b_mult, b_shift=b_shift)

@@ -47,8 +47,8 @@ class QLinear:
 class QNorm:
     kind: str  # "rms" or "layer"
     eps_q: int  # epsilon in sum-of-squares units
-    mult: int  # Q15 normalised value -> int8 activation
-    shift: int
+    mult: torch.Tensor  # int64 (d_model,): Q15 normalised value -> int8 activation, per channel
+    shift: torch.Tensor  # int64 (d_model,)
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,7 @@ class QModel:
     rope_cos: torch.Tensor  # int64 (context, head_dim / 2) Q14 (empty for learned positions)
     rope_sin: torch.Tensor
     scales: dict[str, float]  # float value of one integer unit at each site (for reports and evaluation)
+    steps: dict[str, tuple[list[float], list[float]]]  # projection -> (input step per channel, output step per row)
     lora: LoraSpec
     pos: QEmbedding | None = None  # learned positions
 

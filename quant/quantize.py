@@ -60,14 +60,18 @@ def _input_site(name: str) -> str | None:
     return f"layers.{i}.{_INPUT_SITE[part]}"
 
 
-def _quantize(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration) -> QuantizedWeight:
-    """Round-to-nearest scales and codes, then GPTQ re-rounding against the input's Hessian."""
+def _quantize(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration,
+              in_scale: np.ndarray | None = None) -> QuantizedWeight:
+    """Codes for w * in_scale (the integer inputs' steps folded into the columns): round-to-nearest
+    scales, then GPTQ re-rounding against the Hessian of the integer inputs."""
     site = _input_site(name)
+    s = np.ones(w.shape[1]) if in_scale is None else in_scale
+    scaled = w.astype(np.float64) * s[None, :]
     if scheme == "mxfp4":
-        base = quantize_mxfp4(w)
+        base = quantize_mxfp4(scaled)
     else:
-        base = quantize_int(w, bits, None if site is None else cal.mean_sq[site])
-    return base if site is None else gptq(w, cal.gram[site], base)
+        base = quantize_int(scaled, bits, None if site is None else cal.mean_sq[site] / s**2)
+    return base if site is None else gptq(scaled, cal.gram[site] / np.outer(s, s), base)
 
 
 def _with_weight(ir: ModelIR, name: str, w: np.ndarray) -> ModelIR:
@@ -90,7 +94,7 @@ def sensitivity(folded: ModelIR, cal: Calibration, bits: int = 3) -> dict[str, f
     reference = float_forward(folded, cal.ids).double().log_softmax(-1)
     out = {}
     for name, w in _weights(folded).items():
-        fake = _quantize(name, w, "int", bits, cal).dequantize()
+        fake = _quantize(name, w, "int", bits, cal).dequantize()  # same function, no input steps folded
         logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
         out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
     return out
@@ -103,14 +107,15 @@ def _expand_shift(qw: QuantizedWeight) -> torch.Tensor:
     return torch.from_numpy(np.repeat(qw.block_shift.astype(np.int64), QuantizedWeight.BLOCK, axis=1)[:, :cols])
 
 
-def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_in: float, s_out: float, out_bits: int,
+def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_out: np.ndarray, out_bits: int,
              in_bits: int = 8) -> QLinear:
+    """A projection whose input steps are folded into qw: one accumulator unit is row_scale[o]."""
     codes = torch.from_numpy(qw.codes.astype(np.int64))
     shift = _expand_shift(qw)
-    acc_scale = qw.row_scale * s_in  # float value of one accumulator unit, per output row
+    acc_scale = qw.row_scale  # float value of one accumulator unit, per output row
     bias_int = np.zeros(codes.shape[0]) if bias is None else _round_half_up(bias.astype(np.float64) / acc_scale)
     bias_t = torch.from_numpy(bias_int.astype(np.int64))
-    mult, shr = multipliers(list(acc_scale / s_out), name)
+    mult, shr = multipliers(list(acc_scale / np.broadcast_to(s_out, acc_scale.shape)), name)
     bound = int(((codes << shift).abs().sum(1) * (1 << (in_bits - 1)) + bias_t.abs()).max())  # worst-case |acc|
     acc_bits = max(bits_for(bound), 16)
     if acc_bits > MAX_ACC_BITS:
@@ -125,10 +130,10 @@ def _qembedding(name: str, qw: QuantizedWeight, s_x: float) -> QEmbedding:
                       shift=shr, bits=qw.bits, scheme=qw.scheme, error=qw.error)
 
 
-def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: float) -> QNorm:
+def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray) -> QNorm:
     k = d if kind == "layer" else 1  # LayerNorm centres as d*x - sum(x)
     eps_q = max(1, math.floor(eps * d * k * k / (s_x * s_x) + 0.5))
-    mult, shift = multiplier(math.sqrt(d) / (2**15 * s_out), "norm")
+    mult, shift = multipliers(list(math.sqrt(d) / (2**15 * s_out)), "norm")
     return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift)
 
 
@@ -160,49 +165,60 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     bits = choose_bits(scheme, folded, cal, avg_bits)  # per-tensor widths (mixed36: by sensitivity)
     weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
-    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal) for n, w in _weights(folded).items()}
-
-    def s8(site: str) -> float:
-        return cal.int8_scale(site)
-
-    scales = {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
-              "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
+    d, gated = cfg.d_model, cfg.activation == "silu_glu"
+    scales: dict[str, float] = {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
+                                "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
     s_x = scales["residual"]
-    d = cfg.d_model
+    steps: dict[str, np.ndarray] = {}  # site -> int step per channel (scalar sites broadcast)
+    for i in range(cfg.n_layers):
+        n = f"layers.{i}"
+        for site in ("attn_norm", "mlp_norm"):  # matvec inputs: per-channel steps, folded into the weights
+            steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d)
+        for site in ("q", "k", "v", "attn_out", "gate")[: 5 if gated else 4]:  # KV cache, softmax, table inputs
+            steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
+        if gated:  # up's per-row rescale is free, and SILU[g] * u keeps the step per channel
+            steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
+            steps[f"{n}.hidden"] = steps[f"{n}.gate"] * steps[f"{n}.up"]
+        else:  # the GELU table needs one input and one output step
+            steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
+            steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])
+    steps["final_norm"] = cal.channel_scales("final_norm", d)
+    scales.update({site: float(np.max(v)) for site, v in steps.items()})  # reports: the coarsest step
+
+    def in_steps(name: str) -> np.ndarray | None:
+        site = _input_site(name)
+        return None if site is None else np.broadcast_to(steps[site], _weights(folded)[name].shape[1:])
+
+    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
     layers = []
     for i, layer in enumerate(folded.layers):
-        site = {p: f"layers.{i}.{p}" for p in ("attn_norm", "q", "k", "v", "mlp_norm", "gate", "up", "hidden")}
-        s = {p: s8(name) for p, name in site.items() if name in cal.amax}
-        s["attn_out"] = s8(f"layers.{i}.attn_out")
-        scales.update({f"layers.{i}.{p}": v for p, v in s.items()})
+        n = f"layers.{i}"
 
-        def lin(part: str, s_in: float, s_out: float, out_bits: int, in_bits: int = 8, i: int = i,
-                layer=layer) -> QLinear | None:
+        def lin(part: str, s_out: np.ndarray, out_bits: int, in_bits: int = 8, n: str = n, layer=layer) -> QLinear | None:
             src = getattr(layer, part)
-            if src is None:
-                return None
-            return _qlinear(f"layers.{i}.{part}", qw[f"layers.{i}.{part}"], src.bias, s_in, s_out, out_bits, in_bits)
+            return None if src is None else _qlinear(f"{n}.{part}", qw[f"{n}.{part}"], src.bias, s_out, out_bits, in_bits)
 
-        sm_mult, sm_shift = multiplier(s["q"] * s["k"] / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
-        gated = cfg.activation == "silu_glu"
-        att_mult, att_shift = multiplier(s["v"] / (2**PROB_BITS * s["attn_out"]), "attention output")
+        s = {site: steps.get(f"{n}.{site}") for site in ("q", "k", "v", "attn_out", "gate", "up", "hidden")}
+        sm_mult, sm_shift = multiplier(float(s["q"][0] * s["k"][0]) / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
+        att_mult, att_shift = multiplier(float(s["v"][0]) / (2**PROB_BITS * float(s["attn_out"][0])), "attention output")
         if gated:
-            table = silu_table(s["gate"])
-            s["hidden"] = s["gate"] * s["up"]  # SILU[g] * u, exact in int16
+            table = silu_table(float(s["gate"][0]))
         else:
-            table = gelu_table(s["up"], s["hidden"], approximate=cfg.activation == "gelu_tanh")
-        scales[f"layers.{i}.hidden"] = s["hidden"]
+            table = gelu_table(float(s["up"][0]), float(s["hidden"][0]), approximate=cfg.activation == "gelu_tanh")
         layers.append(QLayer(
-            attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, s["attn_norm"]),
-            q=lin("q", s["attn_norm"], s["q"], 8), k=lin("k", s["attn_norm"], s["k"], 8),
-            v=lin("v", s["attn_norm"], s["v"], 8), o=lin("o", s["attn_out"], s_x, 16),
+            attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"]),
+            q=lin("q", s["q"], 8), k=lin("k", s["k"], 8), v=lin("v", s["v"], 8), o=lin("o", np.array([s_x]), 16),
             sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
-            mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, s["mlp_norm"]),
-            gate=lin("gate", s["mlp_norm"], s["gate"], 8) if gated else None,
-            up=lin("up", s["mlp_norm"], s["up"], 8), down=lin("down", s["hidden"], s_x, 16, 16 if gated else 8),
-            act_table=table))
-    scales["final_norm"] = s8("final_norm")
-    head = _qlinear("head", qw["head"], folded.head.bias, scales["final_norm"], scales["logits"], 32)
+            mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"]),
+            gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
+            down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))
+    head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32)
+    out_steps = {"q": "q", "k": "k", "v": "v", "gate": "gate", "up": "up"}  # o and down: the residual step
+    io_steps = {name: (in_steps(name).tolist(),
+                       np.broadcast_to(steps[f"layers.{name.split('.')[1]}.{out_steps[name.split('.')[2]]}"]
+                                       if name.split(".")[2] in out_steps else s_x, lin.codes.shape[:1]).tolist())
+                for name, lin in ((f"layers.{i}.{p}", getattr(layer, p)) for i, layer in enumerate(layers)
+                                  for p in _PROJECTIONS) if lin is not None}
     if cfg.positions == "rope":
         cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context)
     else:
@@ -213,6 +229,6 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             quantize_int(ir.pos_embed[:context], bits["pos"])
         pos = _qembedding("pos", pos_w, s_x)
     return QModel(config=cfg, scheme=scheme, context=context, embed=_qembedding("embed", qw["embed"], s_x),
-                  layers=tuple(layers), final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, scales["final_norm"]),
+                  layers=tuple(layers), final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"]),
                   head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
-                  lora=lora, pos=pos)
+                  steps=io_steps, lora=lora, pos=pos)
