@@ -16,6 +16,7 @@ from .tables import PROB_BITS, RECIP_BITS, ROPE_BITS, RSQRT_INDEX_BITS
 ACC_BITS = 32  # default accumulator width of matrix-vector products
 SCORE_BITS = 32  # q·k scores
 NORM_SUM_BITS = 63  # sum of squares inside a norm
+PRE_SATURATION_BITS = 48  # a projection's rescaled output plus its LoRA term, before saturation
 _BIT_POSITIONS = torch.arange(63, dtype=torch.int64)
 
 
@@ -36,7 +37,7 @@ def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: t
     """RMSNorm or LayerNorm of the int16 residual (..., d) to int8 (gain folded into the next weights).
 
     u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; the top 10 bits of ss (at an even
-    shift e) index RSQRT; t = u * RSQRT[m] >> (e/2 + 8) is u / sqrt(ss) in Q15; then one rescale.
+    shift e, so 9 or 10 bits) index RSQRT; t = u * RSQRT[m] >> (e/2 + 8) is u / sqrt(ss) in Q15; then one rescale.
     """
     d = x.shape[-1]
     u = x if kind == "rms" else d * x - x.sum(-1, keepdim=True)

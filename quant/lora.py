@@ -35,8 +35,8 @@ def quantize_lora(qm: QModel, layer: int, site: str, a: np.ndarray, b: np.ndarra
     if a.shape != (rank, in_features) or b.shape != (out_features, rank):
         raise QuantizationError(f"LoRA for layers.{layer}.{site} must be A ({rank}, {in_features}) and "
                                 f"B ({out_features}, {rank}); got A {a.shape} and B {b.shape}")
-    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(alpha)):
-        raise QuantizationError(f"LoRA for layers.{layer}.{site} has non-finite values")
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(alpha)) or alpha < 0:
+        raise QuantizationError(f"LoRA for layers.{layer}.{site} needs finite A and B and a finite alpha >= 0")
     in_steps, out_steps = (np.asarray(v) for v in qm.steps[f"layers.{layer}.{site}"])
     a_codes, s_a = _codes(np.asarray(a, np.float64) * in_steps[None, :])  # A sees integer inputs
     b_codes, s_b = _codes(np.asarray(b, np.float64) / out_steps[:, None])  # B writes output units
@@ -44,6 +44,9 @@ def quantize_lora(qm: QModel, layer: int, site: str, a: np.ndarray, b: np.ndarra
         return LoraAdapter(a=torch.zeros_like(a_codes), b=torch.zeros_like(b_codes), a_mult=1 << 14, a_shift=15,
                            b_mult=1 << 14, b_shift=15)
     worst = max(1, int(a_codes.abs().sum(1).max()) * (1 << (lin.in_bits - 1)))  # |A a| in codes, never exceeded
+    if worst >= 1 << 31:
+        raise QuantizationError(f"LoRA A for layers.{layer}.{site} could overflow its int32 accumulator "
+                                f"(worst case {worst}); use fewer input features or a smaller A")
     s_t = s_a * worst / 32767  # step of the int16 intermediate, chosen so that it cannot saturate
     a_mult, a_shift = multiplier(s_a / s_t, "LoRA A")
     b_mult, b_shift = multiplier(s_b * s_t * (alpha / rank), "LoRA B")

@@ -74,14 +74,14 @@ class QLayer:
     q: QLinear  # -> int8, scale s_q
     k: QLinear  # -> int8, scale s_k
     v: QLinear  # -> int8, scale s_v
-    o: QLinear  # int8 (scale s_v) -> int16 residual
+    o: QLinear  # int8 attention output (its own step) -> int16 residual
     sm_mult: int  # (max - score) -> exp table index
     sm_shift: int
     att_mult: int  # sum p*v (Q15 x s_v) -> int8 attention output
     att_shift: int
     mlp_norm: QNorm
     up: QLinear  # -> int8
-    down: QLinear  # int8 -> int16 residual
+    down: QLinear  # hidden (int16 SILU[g] * u, or int8 GELU output) -> int16 residual
     act_table: torch.Tensor  # int64 (256,): SILU (gated, output at the gate's scale) or GELU (output at s_h)
     gate: QLinear | None = None  # -> int8 (gated MLPs); the hidden SILU[g] * u is int16
 

@@ -26,6 +26,8 @@ SCHEMES = ("int8", "int4", "int3", "mixed36", "mxfp4")
 RESIDUAL_HEADROOM = 2.0  # calibrated residual max maps to 2**14: one bit of headroom in int16
 LOGIT_BITS_USED = 20  # calibrated logit max maps to 2**20 inside int32
 MAX_ACC_BITS = 48
+CALIBRATION_SEQUENCES = 32  # self-generated: 4,096 tokens for the bundled model
+MAX_BLOCK_SHIFT = 24  # MXFP4: largest left shift of a block relative to its row
 DEFAULT_LORA = LoraSpec(rank=4, sites=("q", "v"))  # the usual LoRA placement, small enough to cost little SRAM
 _PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 _INPUT_SITE = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "o": "attn_out", "gate": "mlp_norm",
@@ -112,6 +114,9 @@ def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_out: np.
     """A projection whose input steps are folded into qw: one accumulator unit is row_scale[o]."""
     codes = torch.from_numpy(qw.codes.astype(np.int64))
     shift = _expand_shift(qw)
+    if shift.numel() and int(shift.max()) > MAX_BLOCK_SHIFT:
+        raise QuantizationError(f"{name}: MXFP4 block exponents of one row spread over {int(shift.max())} binades; "
+                                f"the datapath shifts at most {MAX_BLOCK_SHIFT}")
     acc_scale = qw.row_scale  # float value of one accumulator unit, per output row
     bias_int = np.zeros(codes.shape[0]) if bias is None else _round_half_up(bias.astype(np.float64) / acc_scale)
     bias_t = torch.from_numpy(bias_int.astype(np.int64))
@@ -132,6 +137,10 @@ def _qembedding(name: str, qw: QuantizedWeight, s_x: float) -> QEmbedding:
 
 def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray) -> QNorm:
     k = d if kind == "layer" else 1  # LayerNorm centres as d*x - sum(x)
+    worst = d * (2 * k * (1 << 15)) ** 2  # |u| <= 2k * 2**15 for an int16 residual
+    if worst >= 1 << 63:
+        raise QuantizationError(f"{kind} norm of width {d}: the sum of squares could reach {worst}, over int63; "
+                                "hardwire supports LayerNorm up to d_model 1024")
     eps_q = max(1, math.floor(eps * d * k * k / (s_x * s_x) + 0.5))
     mult, shift = multipliers(list(math.sqrt(d) / (2**15 * s_out)), "norm")
     return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift)
@@ -161,7 +170,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                 f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.activation == 'silu_glu')}")
     folded = fold_norms(ir)  # norm gains and biases into the projections
     if calib_ids is None:
-        calib_ids = self_generated(folded, sequences=8, length=min(context, 128))
+        calib_ids = self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     bits = choose_bits(scheme, folded, cal, avg_bits)  # per-tensor widths (mixed36: by sensitivity)
     weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"

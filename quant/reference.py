@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import blocks
-from .fixedpoint import rescale, round_shift, saturate
+from .fixedpoint import check_width, rescale, round_shift, saturate
 from .qmodel import QEmbedding, QLinear, QModel
 
 
@@ -48,7 +48,7 @@ def linear(a: torch.Tensor, lin: QLinear, what: str, adapter: LoraAdapter | None
     acc = blocks.matvec(a, lin.weight, lin.bias, lin.acc_bits, what)
     y = rescale(acc, lin.mult, lin.shift, None)
     if adapter is not None:
-        y = y + lora_delta(a, adapter, what)
+        y = check_width(y + lora_delta(a, adapter, what), blocks.PRE_SATURATION_BITS, f"{what} output")
     return saturate(y, lin.out_bits)
 
 
@@ -105,6 +105,9 @@ def forward(qm: QModel, ids: torch.Tensor, lora: LoraSet | None = None) -> torch
     """Logits for every position of ids (batch, T), recomputing the whole prefix (no cache)."""
     if ids.shape[1] > qm.context:
         raise DecodeError(f"sequence of {ids.shape[1]} tokens exceeds the context of {qm.context}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= qm.config.vocab_size):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise DecodeError(f"token id {bad} is out of range; accepted: 0..{qm.config.vocab_size - 1}")
     return run(qm, ids, 0, None, lora)
 
 

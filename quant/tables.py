@@ -11,7 +11,7 @@ import math
 import torch
 
 EXP_BITS = 15  # exp table output: Q15, EXP[0] = 2**15
-EXP_STEP = 1 / 16  # nats per softmax table index: 256 entries cover 16 nats below the max
+EXP_STEP = 1 / 16  # nats per softmax table index; EXP rounds to 0 from index 178 (11.1 nats below the max)
 RSQRT_INDEX_BITS = 10  # rsqrt table index: the top 10 bits of the sum of squares (even shift)
 RSQRT_BITS = 23  # RSQRT[m] = round(2**23 / sqrt(m))
 ROPE_BITS = 14  # cos/sin in Q14
@@ -41,8 +41,10 @@ def _int8(x: float) -> int:
 
 def silu_table(in_scale: float) -> torch.Tensor:
     """SILU[c + 128] = round(silu(c * s) / s): int8 in, int8 out at the same scale (silu(x) <= x for x > 0)."""
-    return torch.tensor([_int8((c * in_scale) / (1 + math.exp(-c * in_scale)) / in_scale) for c in range(-128, 128)],
-                        dtype=torch.int64)
+    def silu(x: float) -> float:  # x * sigmoid(x), without overflowing exp for large |x|
+        return x / (1 + math.exp(-x)) if x >= 0 else x * math.exp(x) / (1 + math.exp(x))
+
+    return torch.tensor([_int8(silu(c * in_scale) / in_scale) for c in range(-128, 128)], dtype=torch.int64)
 
 
 def gelu_table(in_scale: float, out_scale: float, approximate: bool) -> torch.Tensor:

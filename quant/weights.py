@@ -187,7 +187,7 @@ def quantize_mxfp4(w: np.ndarray) -> QuantizedWeight:
     # its shift, so it must not drag the reference down to -127 and force ~130-bit shifts into the datapath.
     nonzero = np.abs(blocks).max(axis=2) > 0  # (out, n_blocks)
     e_min = np.where(nonzero, exp, _E8M0_MAX).min(axis=1)  # (out,)
-    e_min = np.where(nonzero.any(axis=1), e_min, _E8M0_MIN)
+    e_min = np.where(nonzero.any(axis=1), e_min, 1)  # an all-zero row: row_scale 1.0, as for int codes
     row_scale = np.ldexp(1.0, e_min - 1)  # 2**(min E - 1); the -1 undoes the ×2 in the codes
     shift = np.where(nonzero, exp - e_min[:, None], 0).astype(np.int16)
     qw = QuantizedWeight("mxfp4", 4, codes, row_scale, shift, exp.astype(np.int16), 0.0)
