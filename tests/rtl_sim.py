@@ -1,0 +1,45 @@
+"""Helpers for testing rtl/ blocks in Amaranth's simulator against quant/ reference functions."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from amaranth.sim import Simulator
+
+
+async def send(ctx, port, payloads: Iterable[object], rng: random.Random | None = None, idle: float = 0.0) -> None:
+    """Drive a stream: each payload once, with random idle cycles (valid low) when rng is given."""
+    for payload in payloads:
+        while rng is not None and rng.random() < idle:
+            ctx.set(port.valid, 0)
+            await ctx.tick()
+        ctx.set(port.payload, payload)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)
+
+
+async def receive(ctx, port, count: int, rng: random.Random | None = None, stall: float = 0.0) -> list[object]:
+    """Collect `count` payloads from a stream, holding ready low at random (backpressure) when rng is given."""
+    out: list[object] = []
+    while len(out) < count:
+        ready = not (rng is not None and rng.random() < stall)
+        ctx.set(port.ready, ready)
+        _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload)
+        if ready and valid:
+            out.append(payload)
+    ctx.set(port.ready, 0)
+    return out
+
+
+def run(dut, *testbenches, deadline_cycles: int = 1_000_000, vcd: str | None = None) -> None:
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
