@@ -59,19 +59,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return saturate(torch.cat((y1, y2), dim=-1), 8)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int,
-              out_mult: int, out_shift: int, exp: torch.Tensor, what: str) -> torch.Tensor:
-    """Integer softmax attention.
+def softmax(scores: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int, exp: torch.Tensor,
+            what: str) -> torch.Tensor:
+    """Integer softmax over the last axis: int32 scores -> Q15 probabilities (docs/numerics.md §6).
 
-    q (B, P, H, hd), k and v (B, T, Hkv, hd) int8; valid (P, T) bool says which cached positions
-    each query sees. Per head: scores = q·k (int32); z = min(255, rescale(max - score)); e = EXP[z];
-    r = floor(2^30 / sum e); p = e*r in Q15; out = rescale(sum p*v, out_mult, out_shift) to int8: the
-    weighted mean of v is smaller than v, so it gets its own, finer scale. -> (B, P, H, hd) int8.
+    z = min(255, rescale(max - score)); e = EXP[z] (0 where not valid); r = floor(2^30 / sum e);
+    p = round_shift(e * r, 15).
     """
-    group = q.shape[2] // k.shape[2]
-    k = k.repeat_interleave(group, dim=2)  # head h reads kv head h // group
-    v = v.repeat_interleave(group, dim=2)
-    scores = check_width(torch.einsum("bphd,bthd->bhpt", q, k), SCORE_BITS, f"{what} scores")
     floor = torch.iinfo(torch.int64).min
     best = scores.masked_fill(~valid, floor).amax(-1, keepdim=True)
     delta = (best - scores).masked_fill(~valid, 0)  # >= 0 where valid
@@ -79,7 +73,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Te
     e = exp[z].masked_fill(~valid, 0)
     total = check_width(e.sum(-1, keepdim=True), 32, f"{what} exp sum")
     recip = torch.div(1 << RECIP_BITS, total, rounding_mode="floor")
-    p = round_shift(e * recip, RECIP_BITS - PROB_BITS)  # Q15 probabilities
+    return round_shift(e * recip, RECIP_BITS - PROB_BITS)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int,
+              out_mult: int, out_shift: int, exp: torch.Tensor, what: str) -> torch.Tensor:
+    """Integer softmax attention.
+
+    q (B, P, H, hd), k and v (B, T, Hkv, hd) int8; valid (P, T) bool says which cached positions
+    each query sees. Per head: scores = q·k (int32); p = softmax(scores) in Q15; out = rescale(sum
+    p*v, out_mult, out_shift) to int8: the weighted mean of v is smaller than v, so it gets its own,
+    finer step. -> (B, P, H, hd) int8.
+    """
+    group = q.shape[2] // k.shape[2]
+    k = k.repeat_interleave(group, dim=2)  # head h reads kv head h // group
+    v = v.repeat_interleave(group, dim=2)
+    scores = check_width(torch.einsum("bphd,bthd->bhpt", q, k), SCORE_BITS, f"{what} scores")
+    p = softmax(scores, valid, sm_mult, sm_shift, exp, what)
     y = check_width(torch.einsum("bhpt,bthd->bphd", p, v), 32, f"{what} weighted sum")
     return rescale(y, out_mult, out_shift, 8)
 
