@@ -38,7 +38,8 @@ class Calibration:
         absorb the factor (docs/numerics.md §2), and the int8 grid is spent evenly.
         """
         values = self.samples[site].reshape(-1, channels).double()
-        factor = values.abs().amax(0).clamp(min=1e-12) ** alpha  # (channels,)
+        amax = values.abs().amax(0)
+        factor = amax.clamp(min=max(float(amax.max()), 1e-12) * 1e-3) ** alpha  # (channels,); dead channels clamped
         common = clip_range((values / factor).reshape(-1), 127) / 127
         return (factor * common).numpy()
 

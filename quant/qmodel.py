@@ -18,7 +18,7 @@ import torch
 
 from ..frontend.ir import ModelConfig
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-channel norm multipliers, projection steps
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -91,12 +92,18 @@ def _with_weight(ir: ModelIR, name: str, w: np.ndarray) -> ModelIR:
     return dataclasses.replace(ir, layers=tuple(layers))
 
 
-def sensitivity(folded: ModelIR, cal: Calibration, bits: int = 3) -> dict[str, float]:
-    """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text."""
+def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.ndarray | None],
+                bits: int = 3) -> dict[str, float]:
+    """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text.
+
+    The tensor is quantised exactly as it will be stored (input steps folded in), then unfolded.
+    """
     reference = float_forward(folded, cal.ids).double().log_softmax(-1)
     out = {}
     for name, w in _weights(folded).items():
-        fake = _quantize(name, w, "int", bits, cal).dequantize()  # same function, no input steps folded
+        steps = in_steps(name)
+        fake = _quantize(name, w, "int", bits, cal, steps).dequantize()
+        fake = fake if steps is None else fake / steps[None, :]
         logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
         out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
     return out
@@ -120,7 +127,8 @@ def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_out: np.
     acc_scale = qw.row_scale  # float value of one accumulator unit, per output row
     bias_int = np.zeros(codes.shape[0]) if bias is None else _round_half_up(bias.astype(np.float64) / acc_scale)
     bias_t = torch.from_numpy(bias_int.astype(np.int64))
-    mult, shr = multipliers(list(acc_scale / np.broadcast_to(s_out, acc_scale.shape)), name)
+    live = (codes != 0).any(1).numpy() | (bias_int != 0)  # an all-zero row outputs 0 whatever its multiplier
+    mult, shr = _multipliers(np.where(live, acc_scale / np.broadcast_to(s_out, acc_scale.shape), 1.0), name)
     bound = int(((codes << shift).abs().sum(1) * (1 << (in_bits - 1)) + bias_t.abs()).max())  # worst-case |acc|
     acc_bits = max(bits_for(bound), 16)
     if acc_bits > MAX_ACC_BITS:
@@ -129,8 +137,19 @@ def _qlinear(name: str, qw: QuantizedWeight, bias: np.ndarray | None, s_out: np.
                    in_bits=in_bits, out_bits=out_bits, acc_bits=acc_bits, error=qw.error)
 
 
+def _multipliers(scales: np.ndarray, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        return multipliers(list(scales), name)
+    except ValueError as err:
+        raise QuantizationError(f"{name}: a rescale is out of the datapath's range ({err})") from err
+
+
 def _qembedding(name: str, qw: QuantizedWeight, s_x: float) -> QEmbedding:
-    mult, shr = multipliers(list(qw.row_scale / s_x), name)
+    if qw.block_shift is not None and qw.block_shift.size and int(qw.block_shift.max()) > MAX_BLOCK_SHIFT:
+        raise QuantizationError(f"{name}: MXFP4 block exponents of one row spread over {int(qw.block_shift.max())} "
+                                f"binades; the datapath shifts at most {MAX_BLOCK_SHIFT}")
+    live = (qw.codes != 0).any(1)
+    mult, shr = _multipliers(np.where(live, qw.row_scale / s_x, 1.0), name)
     return QEmbedding(codes=torch.from_numpy(qw.codes.astype(np.int64)), block_shift=_expand_shift(qw), mult=mult,
                       shift=shr, bits=qw.bits, scheme=qw.scheme, error=qw.error)
 
@@ -139,17 +158,18 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray) -> QNor
     k = d if kind == "layer" else 1  # LayerNorm centres as d*x - sum(x)
     worst = d * (2 * k * (1 << 15)) ** 2  # |u| <= 2k * 2**15 for an int16 residual
     if worst >= 1 << 63:
-        raise QuantizationError(f"{kind} norm of width {d}: the sum of squares could reach {worst}, over int63; "
-                                "hardwire supports LayerNorm up to d_model 1024")
+        raise QuantizationError(f"{kind} norm of width {d}: the sum of squares could reach {worst}, over the "
+                                "int63 the datapath holds")
     eps_q = max(1, math.floor(eps * d * k * k / (s_x * s_x) + 0.5))
-    mult, shift = multipliers(list(math.sqrt(d) / (2**15 * s_out)), "norm")
+    mult, shift = _multipliers(math.sqrt(d) / (2**15 * s_out), "norm")
     return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift)
 
 
-def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float) -> dict[str, int]:
+def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
+                in_steps: Callable[[str], np.ndarray | None]) -> dict[str, int]:
     weights = _weights(folded)
     if scheme == "mixed36":
-        sens = sensitivity(folded, cal)
+        sens = sensitivity(folded, cal, in_steps)
         return allocate_bits({n: int(w.size) for n, w in weights.items()}, sens, avg_bits)
     width = {"int8": 8, "int4": 4, "int3": 3, "mxfp4": 4}[scheme]
     return dict.fromkeys(weights, width)
@@ -172,7 +192,6 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     if calib_ids is None:
         calib_ids = self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
-    bits = choose_bits(scheme, folded, cal, avg_bits)  # per-tensor widths (mixed36: by sensitivity)
     weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
     scales: dict[str, float] = {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
@@ -198,6 +217,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         site = _input_site(name)
         return None if site is None else np.broadcast_to(steps[site], _weights(folded)[name].shape[1:])
 
+    bits = choose_bits(scheme, folded, cal, avg_bits, in_steps)  # per-tensor widths (mixed36: by sensitivity)
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
     layers = []
     for i, layer in enumerate(folded.layers):

@@ -16,6 +16,7 @@ def _cases(value_bits: int, rng: random.Random) -> list[tuple[int, int, int]]:
     lo, hi = -(1 << (value_bits - 1)), (1 << (value_bits - 1)) - 1
     edges = [(v, m, s) for v in (lo, hi, 0, -1, 1, 3, -3, 5, -5) for m in (1 << 14, (1 << 15) - 1, 1) for s in (1, 2, 14, 30)]
     edges += [(2, 1, 2), (-2, 1, 2), (6, 1, 2), (-6, 1, 2)]  # exact halves: +0.5 rounds up, -0.5 rounds up to 0
+    edges += [(hi, (1 << 15) - 1, 62), (lo, (1 << 15) - 1, 62), (hi, (1 << 15) - 1, 61)]  # the largest shifts
     randoms = [(rng.randint(lo, hi), rng.randint(1 << 14, (1 << 15) - 1), rng.randint(1, 40)) for _ in range(300)]
     return edges + randoms
 
