@@ -1,0 +1,122 @@
+"""Rotate-half RoPE of one (x1, x2) pair per cycle (docs/numerics.md §6).
+
+y1 = sat8(round_shift(x1*cos - x2*sin, 14)), y2 = sat8(round_shift(x2*cos + x1*sin, 14)),
+with cos/sin the Q14 table entries (§3) at (position, pair index). The tables live in two
+ROMs (synchronous read) addressed by position * half + pair. Three pipeline stages, one
+pair per cycle, stalled as a whole when the output is not taken.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import torch
+from amaranth.hdl import Elaboratable, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+ROPE_BITS = 14  # cos/sin in Q14 (quant/tables.py)
+TABLE_BITS = 16  # cos/sin in [-2**14, 2**14]: +2**14 itself occurs and does not fit int15
+SUM_BITS = 24  # |x1*cos - x2*sin| <= 2 * 128 * 2**14 = 2**22, plus the rounding half: int24
+
+
+def _rows(name: str, table: torch.Tensor | Sequence[Sequence[int]]) -> tuple[list[list[int]], tuple[int, int]]:
+    """A (positions, half) table as nested Python ints (Memory init takes ints, not tensors), and its shape."""
+    if isinstance(table, torch.Tensor):
+        if table.dtype.is_floating_point or table.dtype.is_complex or table.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integers, got dtype {table.dtype}")
+        if table.dim() != 2:
+            raise ValueError(f"{name} must have 2 dimensions (positions, half), got shape {tuple(table.shape)}")
+        return table.tolist(), (table.shape[0], table.shape[1])
+    rows = [list(row) for row in table]
+    if len({len(row) for row in rows}) > 1:
+        raise ValueError(f"{name} rows must all have the same length")
+    for row in rows:
+        for value in row:
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise ValueError(f"{name} must hold integers, got {value!r}")
+    return [[int(v) for v in row] for row in rows], (len(rows), len(rows[0]) if rows else 0)
+
+
+class Rope(wiring.Component):
+    """Stream of (x1, x2, pos, pair) in, stream of rotated, saturated (y1, y2) out.
+
+    `pos` must be below the table's position count and `pair` below half = head_dim / 2;
+    larger values read an undefined ROM row (not checked in hardware).
+    """
+
+    def __init__(self, cos: torch.Tensor | Sequence[Sequence[int]], sin: torch.Tensor | Sequence[Sequence[int]]) -> None:
+        try:
+            (cos_rows, cos_shape), (sin_rows, sin_shape) = _rows("cos", cos), _rows("sin", sin)
+            if cos_shape != sin_shape:
+                raise ValueError(f"cos and sin must have the same shape, got {cos_shape} and {sin_shape}")
+            positions, half = cos_shape
+            if positions < 1 or half < 1:
+                raise ValueError(f"rope tables need at least 1 position and 1 pair, got shape {(positions, half)}")
+            lo, hi = -(1 << ROPE_BITS), 1 << ROPE_BITS
+            for name, rows in (("cos", cos_rows), ("sin", sin_rows)):
+                for p, row in enumerate(rows):
+                    for i, value in enumerate(row):
+                        if not lo <= value <= hi:
+                            raise ValueError(f"{name}[{p}][{i}] = {value} is outside [{lo}, {hi}]")
+        except ValueError:
+            self._MustUse__silence = True  # a refused component is not an unused one
+            raise
+        self.positions = positions
+        self.half = half
+        self.pos_bits = max(1, (positions - 1).bit_length())
+        self.pair_bits = max(1, (half - 1).bit_length())
+        self._cos = [v for row in cos_rows for v in row]  # flattened: address = pos * half + pair
+        self._sin = [v for row in sin_rows for v in row]
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "x1": signed(8), "x2": signed(8), "pos": unsigned(self.pos_bits), "pair": unsigned(self.pair_bits),
+            }))),
+            "o": Out(stream.Signature(data.StructLayout({"y1": signed(8), "y2": signed(8)}))),
+        })
+
+    def elaborate(self, platform: object) -> Elaboratable:
+        m = Module()
+        depth = self.positions * self.half
+        m.submodules.cos_rom = cos_rom = Memory(shape=signed(TABLE_BITS), depth=depth, init=self._cos)
+        m.submodules.sin_rom = sin_rom = Memory(shape=signed(TABLE_BITS), depth=depth, init=self._sin)
+        cos_rd, sin_rd = cos_rom.read_port(), sin_rom.read_port()
+
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+
+        # stage 1: ROM read (the ROM's output register holds cos/sin), x1/x2 delayed to match
+        address = self.i.payload.pos * self.half + self.i.payload.pair
+        m.d.comb += [cos_rd.addr.eq(address), sin_rd.addr.eq(address), cos_rd.en.eq(advance), sin_rd.en.eq(advance)]
+        t_valid = Signal()
+        x1 = Signal(signed(8))
+        x2 = Signal(signed(8))
+        # stage 2: rotated sums plus the rounding half 2**13
+        r_valid = Signal()
+        a = Signal(signed(SUM_BITS))  # x1*cos - x2*sin + 2**13
+        b = Signal(signed(SUM_BITS))  # x2*cos + x1*sin + 2**13
+        half_unit = 1 << (ROPE_BITS - 1)
+        # stage 3: arithmetic shift by 14 (|.| <= 2**8: int10), then saturate to int8 in the output register
+        y1 = Signal(signed(SUM_BITS - ROPE_BITS))
+        y2 = Signal(signed(SUM_BITS - ROPE_BITS))
+        m.d.comb += [y1.eq(a >> ROPE_BITS), y2.eq(b >> ROPE_BITS)]
+        with m.If(advance):
+            m.d.sync += [
+                t_valid.eq(self.i.valid),
+                x1.eq(self.i.payload.x1),
+                x2.eq(self.i.payload.x2),
+                r_valid.eq(t_valid),
+                a.eq(x1 * cos_rd.data - x2 * sin_rd.data + half_unit),
+                b.eq(x2 * cos_rd.data + x1 * sin_rd.data + half_unit),
+                self.o.valid.eq(r_valid),
+                self.o.payload.y1.eq(_saturate8(y1)),
+                self.o.payload.y2.eq(_saturate8(y2)),
+            ]
+        return m
+
+
+def _saturate8(value: Value) -> Value:
+    """clamp(value, -128, 127): a rotation can leave int8 (up to |y| = 256)."""
+    return Mux(value > 127, 127, Mux(value < -128, -128, value))
