@@ -34,12 +34,23 @@ async def receive(ctx, port, count: int, rng: random.Random | None = None, stall
 
 
 def run(dut, *testbenches, deadline_cycles: int = 1_000_000, vcd: str | None = None) -> None:
+    """Simulate until every testbench returns; fail (instead of hanging) after deadline_cycles clocks."""
+    period = 1e-8
     sim = Simulator(dut)
-    sim.add_clock(1e-8)
+    sim.add_clock(period)
+    finished: list[bool] = []
+
+    def wrap(tb):
+        async def wrapped(ctx):
+            await tb(ctx)
+            finished.append(True)
+        return wrapped
+
     for tb in testbenches:
-        sim.add_testbench(tb)
+        sim.add_testbench(wrap(tb))
     if vcd:
         with sim.write_vcd(vcd):
-            sim.run()
+            sim.run_until(deadline_cycles * period)
     else:
-        sim.run()
+        sim.run_until(deadline_cycles * period)
+    assert len(finished) == len(testbenches), f"simulation did not finish within {deadline_cycles} cycles"

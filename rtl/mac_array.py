@@ -1,0 +1,108 @@
+"""MAC array: the matrix-vector engine's datapath, `lanes` multiply-accumulates per cycle (docs/numerics.md §2).
+
+Each input word holds `lanes` weight codes (decoded, signed 8-bit), their shared block shift
+and the matching activations. The array forms acc[o] = sum_i a[i] * (codes[o, i] << shift)
+one word per cycle: the shift applies to the lane sum (all lanes of a word share it), so one
+shifter serves the whole word. Four pipeline stages, stalled as a whole when the output is
+not taken.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Elaboratable, Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+CODE_BITS = 8  # decoded weight codes (rtl.weight_store.LANE_BITS)
+SHIFT_BITS = 5  # block shift per word, 0..24 in use
+LATENCY = 4  # cycles from a word's transfer on `i` to its row's sum on `o` when that word is `last`
+
+
+def mac_layout(lanes: int, act_bits: int) -> data.StructLayout:
+    return data.StructLayout({
+        "codes": data.ArrayLayout(signed(CODE_BITS), lanes),
+        "shift": unsigned(SHIFT_BITS),
+        "acts": data.ArrayLayout(signed(act_bits), lanes),
+        "first": 1,  # this word starts a row: the accumulator restarts from its partial sum
+        "last": 1,  # this word ends a row: the accumulated sum goes out on `o`
+    })
+
+
+class MacArray(wiring.Component):
+    """Stream of words (codes, shift, acts, first, last) in, one `acc_bits` sum per row out.
+
+    The accumulator wraps modulo 2**acc_bits; the compiler's worst-case bound (§2) keeps a
+    real model's sums inside it.
+    """
+
+    def __init__(self, lanes: int, act_bits: int = 16, acc_bits: int = 48) -> None:
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64 or lanes & (lanes - 1):
+            self._MustUse__silence = True  # a refused component is not an unused one
+            raise ValueError(f"lanes must be a power of two between 1 and 64, got {lanes!r}")
+        if not 2 <= act_bits <= 32:
+            self._MustUse__silence = True
+            raise ValueError(f"act_bits must be between 2 and 32, got {act_bits}")
+        if not 16 <= acc_bits <= 64:
+            self._MustUse__silence = True
+            raise ValueError(f"acc_bits must be between 16 and 64, got {acc_bits}")
+        self.lanes = lanes
+        self.act_bits = act_bits
+        self.acc_bits = acc_bits
+        super().__init__({
+            "i": In(stream.Signature(mac_layout(lanes, act_bits))),
+            "o": Out(stream.Signature(signed(acc_bits))),
+        })
+
+    def elaborate(self, platform: object) -> Elaboratable:
+        m = Module()
+        lanes, acc_bits = self.lanes, self.acc_bits
+        prod_bits = CODE_BITS + self.act_bits  # int8 * int(act_bits)
+        sum_bits = prod_bits + (lanes - 1).bit_length()  # lanes products without overflow
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        word = self.i.payload
+
+        # stage 1: lanes products [prod_bits] each
+        p_valid, p_first, p_last = Signal(), Signal(), Signal()
+        p_shift = Signal(SHIFT_BITS)
+        products = [Signal(signed(prod_bits), name=f"product{lane}") for lane in range(lanes)]
+        # stage 2: balanced adder tree -> lane sum [sum_bits]
+        s_valid, s_first, s_last = Signal(), Signal(), Signal()
+        s_shift = Signal(SHIFT_BITS)
+        lane_sum = Signal(signed(sum_bits))
+        # stage 3: lane sum << shift, kept modulo 2**acc_bits like the accumulator [acc_bits]
+        h_valid, h_first, h_last = Signal(), Signal(), Signal()
+        shifted = Signal(signed(acc_bits))
+        # stage 4: accumulator [acc_bits]; o.payload takes the row's sum on its last word
+        acc = Signal(signed(acc_bits))
+        acc_next = Signal(signed(acc_bits))  # wraps modulo 2**acc_bits
+        with m.If(h_first):
+            m.d.comb += acc_next.eq(shifted)
+        with m.Else():
+            m.d.comb += acc_next.eq(acc + shifted)
+
+        level = list(products)
+        while len(level) > 1:  # pairwise: depth log2(lanes), each level one bit wider
+            level = [level[k] + level[k + 1] for k in range(0, len(level), 2)]
+
+        with m.If(advance):
+            m.d.sync += [
+                p_valid.eq(self.i.valid),
+                p_first.eq(word.first),
+                p_last.eq(word.last),
+                p_shift.eq(word.shift),
+                *(products[lane].eq(word.codes[lane] * word.acts[lane]) for lane in range(lanes)),
+                s_valid.eq(p_valid),
+                s_first.eq(p_first),
+                s_last.eq(p_last),
+                s_shift.eq(p_shift),
+                lane_sum.eq(level[0]),
+                h_valid.eq(s_valid),
+                h_first.eq(s_first),
+                h_last.eq(s_last),
+                shifted.eq(lane_sum << s_shift),
+                self.o.valid.eq(h_valid & h_last),
+            ]
+            with m.If(h_valid):
+                m.d.sync += [acc.eq(acc_next), self.o.payload.eq(acc_next)]
+        return m

@@ -1,0 +1,191 @@
+"""rtl.NormUnit against quant.blocks.norm: both kinds, edge vectors, extreme multipliers, idle input, backpressure."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+from amaranth.back import verilog
+from rtl_sim import receive, run, send
+
+from hardwire.quant.blocks import bit_length, norm
+from hardwire.quant.tables import rsqrt_table
+from hardwire.rtl.norm import NormUnit
+
+RSQRT = rsqrt_table()
+LO, HI = -(1 << 15), (1 << 15) - 1
+
+
+def _eps_q(d: int, kind: str) -> int:
+    """A realistic eps_q (§4): eps = 1e-5 with s_x = 2 * 8 / 2**15, times d * k^2."""
+    k = d if kind == "layer" else 1
+    return max(1, int(1e-5 * d * k * k / (16 / (1 << 15)) ** 2 + 0.5))
+
+
+def _coefs(d: int, extreme: bool, rng: random.Random) -> tuple[list[int], list[int]]:
+    """Per-channel (mult, shift): realistic, or a mix of saturating, vanishing and boundary multipliers."""
+    if not extreme:
+        return [rng.randint(1 << 14, (1 << 15) - 1) for _ in range(d)], [rng.randint(10, 30) for _ in range(d)]
+    pairs = [((1 << 15) - 1, 1), (1, 62), (1 << 14, 15), ((1 << 15) - 1, 22), (1, 1), (12345, 32), (20000, 31),
+             ((1 << 15) - 1, 23)]
+    mult, shift = zip(*(pairs[j % len(pairs)] for j in range(d)), strict=True)
+    return list(mult), list(shift)
+
+
+def _vectors(d: int, rng: random.Random) -> list[list[int]]:
+    alternating = [LO if j % 2 == 0 else HI for j in range(d)]
+    edges = [
+        [0] * d,  # ss = eps_q
+        [HI] * d,
+        [LO] * d,
+        [HI] + [0] * (d - 1),
+        [0] * (d - 1) + [LO],
+        alternating,
+        alternating[::-1],
+        [rng.choice((-1, 0, 1)) for _ in range(d)],  # tiny: e = 0
+        [1] + [0] * (d - 1),
+        [-2, 1] + [0] * (d - 2),
+    ]
+    sweep = [[rng.randint(-(1 << b), (1 << b) - 1) for _ in range(d)] for b in range(1, 16)]  # every bit_length parity
+    randoms = [[rng.randint(LO, HI) for _ in range(d)] for _ in range(8)]
+    return edges + sweep + randoms
+
+
+def _sum_of_squares(x: torch.Tensor, kind: str, eps_q: int) -> torch.Tensor:
+    u = x if kind == "rms" else x.shape[-1] * x - x.sum(-1, keepdim=True)
+    return (u * u).sum(-1) + eps_q
+
+
+def _check(kind: str, d: int, extreme: bool, idle: float, stall: float) -> None:
+    """Stream every test vector back to back through one NormUnit and compare with blocks.norm."""
+    rng = random.Random(f"{kind}-{d}-{extreme}")
+    eps_q = 1 if extreme else _eps_q(d, kind)
+    mult, shift = _coefs(d, extreme, rng)
+    vectors = _vectors(d, rng)
+    x = torch.tensor(vectors, dtype=torch.int64)
+    want = norm(x, kind, eps_q, torch.tensor(mult), torch.tensor(shift), RSQRT, "t").flatten().tolist()
+
+    # the edge vectors reach what they are meant to reach
+    ss = _sum_of_squares(x, kind, eps_q)
+    lengths = set(bit_length(ss).tolist())
+    assert {n for n in lengths if n > 10 and n % 2} and {n for n in lengths if n > 10 and n % 2 == 0}
+    assert int(ss.min()) == eps_q
+    if extreme and (kind == "rms" or d == 8):  # non-zero u, ss < 256 (e = 0); LayerNorm: ss >= d(d-1) + eps_q
+        assert any(int(s) < 256 and v != [0] * d for s, v in zip(ss, vectors, strict=True))
+    if extreme:
+        assert -128 in want and 127 in want
+
+    dut = NormUnit(d, kind, eps_q, mult, shift)
+    got: list[int] = []
+
+    async def producer(ctx):
+        await send(ctx, dut.i, [v for row in vectors for v in row], rng, idle=idle)
+
+    async def consumer(ctx):
+        got.extend(await receive(ctx, dut.o, len(want), rng, stall=stall))
+
+    run(dut, producer, consumer)
+    assert got == want
+
+
+@pytest.mark.parametrize("extreme", [False, True], ids=["realistic", "extreme"])
+@pytest.mark.parametrize("d", [8, 32, 48])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_norm_matches_reference(kind, d, extreme):
+    _check(kind, d, extreme, idle=0.2, stall=0.3)
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_norm_heavy_backpressure(kind):
+    """Mostly idle input and mostly stalled output: nothing lost, nothing duplicated."""
+    _check(kind, 8, True, idle=0.7, stall=0.8)
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_norm_cycles_per_vector(kind):
+    """Without idle input or backpressure: the docstring's cycles per vector and latency, and no extra output."""
+    d, vectors = 16, 3
+    rng = random.Random(kind)
+    mult, shift = _coefs(d, False, rng)
+    dut = NormUnit(d, kind, 5, mult, shift)
+    xs = [[rng.randint(LO, HI) for _ in range(d)] for _ in range(vectors)]
+    accepted: list[int] = []  # cycle of each accepted input
+    produced: list[int] = []  # cycle of each taken output
+
+    async def producer(ctx):
+        cycle = 0
+        for v in (v for row in xs for v in row):
+            ctx.set(dut.i.payload, v)
+            ctx.set(dut.i.valid, 1)
+            while True:
+                _, _, ready = await ctx.tick().sample(dut.i.ready)
+                cycle += 1
+                if ready:
+                    accepted.append(cycle)
+                    break
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        ctx.set(dut.o.ready, 1)
+        for cycle in range(1, 20 * d * vectors):
+            _, _, valid = await ctx.tick().sample(dut.o.valid)
+            if valid:
+                produced.append(cycle)
+
+    run(dut, producer, consumer)
+    per_vector = 2 * d + 11 if kind == "rms" else 3 * d + 12
+    latency = 12 if kind == "rms" else d + 13
+    assert len(produced) == d * vectors
+    starts, lasts, firsts = accepted[::d], accepted[d - 1::d], produced[::d]
+    assert [b - a for a, b in itertools.pairwise(starts)] == [per_vector] * (vectors - 1)
+    assert [f - last for f, last in zip(firsts, lasts, strict=True)] == [latency] * vectors
+    assert produced == [f + k for f in firsts for k in range(d)]  # one output per cycle within a vector
+
+
+def test_norm_converts_to_verilog():
+    rng = random.Random(16)
+    mult, shift = _coefs(16, False, rng)
+    text = verilog.convert(NormUnit(16, "layer", 7, mult, shift), name="norm_unit")
+    assert "module norm_unit" in text
+
+
+def test_norm_accepts_every_compiled_layernorm():
+    """§4's compiler accepts LayerNorm up to d = 1289; the exact worst sum of squares fits int63 up to d = 1625."""
+    for d in (1289, 1625):
+        NormUnit(d, "layer", 1, [1 << 14] * d, [20] * d)._MustUse__silence = True  # built, never elaborated
+
+
+@pytest.mark.parametrize("args,message", [
+    ((8, "batch", 1, [1] * 8, [1] * 8), "kind must be 'rms' or 'layer', got 'batch'"),
+    ((1, "rms", 1, [1], [1]), "d must be at least 2, got 1"),
+    ((8, "rms", 0, [1] * 8, [1] * 8), "eps_q must be at least 1, got 0"),
+    ((8, "rms", 1, [1] * 7, [1] * 8), "mult and shift must have d = 8 entries each, got 7 and 8"),
+    ((8, "rms", 1, [1] * 8, [1] * 9), "mult and shift must have d = 8 entries each, got 8 and 9"),
+    ((3, "rms", 1, [1, 0, 1], [1] * 3), "mult[1] must be in [1, 2**15), got 0"),
+    ((3, "rms", 1, [1, 1, 1 << 15], [1] * 3), "mult[2] must be in [1, 2**15), got 32768"),
+    ((3, "rms", 1, [1] * 3, [0, 1, 1]), "shift[0] must be in [1, 62], got 0"),
+    ((3, "rms", 1, [1] * 3, [1, 63, 1]), "shift[1] must be in [1, 62], got 63"),
+    ((2, "rms", (1 << 62) - (2 << 30), [1] * 2, [1] * 2),
+     f"rms norm with d = 2 and eps_q = {(1 << 62) - (2 << 30)}: the sum of squares can reach {1 << 62}, "
+     "which does not fit int63"),
+])
+def test_norm_rejects_bad_arguments(args, message):
+    with pytest.raises(ValueError) as info:
+        NormUnit(*args)
+    assert str(info.value) == message
+
+
+def test_norm_rejects_too_wide_layernorm():
+    d = 1626
+    with pytest.raises(ValueError, match=r"^layer norm with d = 1626 and eps_q = 1: the sum of squares can reach \d+, "
+                                         r"which does not fit int63$"):
+        NormUnit(d, "layer", 1, [1] * d, [1] * d)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_norm_smallest_vectors(kind, d):
+    """The counters and RAMs at their smallest sizes (not a power of two for d = 3)."""
+    _check(kind, d, True, idle=0.3, stall=0.3)
