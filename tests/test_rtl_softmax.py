@@ -1,0 +1,182 @@
+"""rtl.Softmax against quant.blocks.softmax, row by row: edge rows, random rows, idle input, backpressure, overflow."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+import torch
+from amaranth.back import verilog
+from rtl_sim import receive, run, send
+
+from hardwire.quant import blocks
+from hardwire.quant.fixedpoint import multiplier
+from hardwire.quant.tables import exp_table
+from hardwire.rtl.softmax import Softmax
+
+EXP = exp_table()
+S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def reference(scores: list[int], sm_mult: int, sm_shift: int) -> list[int]:
+    n = len(scores)
+    row = torch.tensor(scores, dtype=torch.int64)[None, :]
+    return blocks.softmax(row, torch.ones(1, n, dtype=torch.bool), sm_mult, sm_shift, EXP, "t")[0].tolist()
+
+
+def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
+             stall: float = 0.0) -> tuple[list[list[int]], int]:
+    """Send the rows back to back; -> (probabilities grouped by `last`, overflow flag at the end)."""
+    count = sum(min(len(r), dut.max_len) for r in rows)
+    got: list[tuple[int, int]] = []
+    overflow: list[int] = []
+
+    async def producer(ctx):
+        payloads = [{"score": s, "last": int(t == len(r) - 1)} for r in rows for t, s in enumerate(r)]
+        await send(ctx, dut.i, payloads, rng, idle=idle)
+
+    async def consumer(ctx):
+        got.extend((p.prob, p.last) for p in await receive(ctx, dut.o, count, rng, stall=stall))
+        for _ in range(5):  # nothing more comes out
+            _, _, valid = await ctx.tick().sample(dut.o.valid)
+            assert not valid
+        overflow.append(ctx.get(dut.overflow))
+
+    run(dut, producer, consumer)
+    grouped: list[list[int]] = [[]]
+    for prob, last in got:
+        grouped[-1].append(prob)
+        if last:
+            grouped.append([])
+    assert grouped[-1] == [], "the last probability of the last row must carry `last`"
+    return grouped[:-1], overflow[0]
+
+
+def check(dut: Softmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
+          stall: float = 0.0) -> list[list[int]]:
+    got, overflow = simulate(dut, rows, rng, idle, stall)
+    assert overflow == 0
+    assert got == [reference(r, dut.sm_mult, dut.sm_shift) for r in rows]
+    return got
+
+
+def test_softmax_edge_rows():
+    """Dominant score, all equal, a single score; several lengths; back to back with idle input and backpressure."""
+    rng = random.Random(0)
+    mult, shift = multiplier(0.01)
+    dut = Softmax(16, mult, shift)
+    dominant = [-1_000_000] * 5 + [1_000_000] + [-1_000_000] * 2
+    equal = [[1234] * n for n in (2, 3, 7, 16)]
+    rows = [dominant, [42], *equal, [-7], [S32_MIN]]
+    got = check(dut, rows, rng, idle=0.3, stall=0.3)
+    assert got[0] == [0] * 5 + [32768] + [0] * 2
+    assert got[1] == [32768] == got[-1] == got[-2]
+    for row, n in zip(got[2:6], (2, 3, 7, 16), strict=True):
+        recip = (1 << 30) // (n << 15)
+        assert row == [((1 << 15) * recip + (1 << 14)) >> 15] * n
+
+
+@pytest.mark.parametrize("max_len,seed", [(16, 1), (12, 2), (1, 3)])
+def test_softmax_random_rows(max_len, seed):
+    """Random rows of 1..max_len scores at realistic multipliers: scores spread so that z covers 0..255."""
+    rng = random.Random(seed)
+    for scale in (1e-3, 1.7e-2, 1e-1):
+        mult, shift = multiplier(scale)
+        dut = Softmax(max_len, mult, shift)
+        spread = round(160 / scale)  # z = delta * scale reaches 255 and beyond
+        rows = [[rng.randint(-spread, spread) for _ in range(rng.randint(1, max_len))] for _ in range(6)]
+        rows.append([rng.randint(-spread // 20, spread // 20) for _ in range(max_len)])  # close scores: many e > 0
+        check(dut, rows, rng, idle=0.25, stall=0.4)
+
+
+def test_softmax_extreme_scores():
+    """The ends of int32: the largest delta (2**32 - 1) at the largest multiplier saturates z; a vanishing
+    multiplier makes every z = 0."""
+    rng = random.Random(4)
+    rows = [[S32_MIN, S32_MAX, S32_MIN, S32_MAX - 1], [S32_MAX] * 3, [S32_MIN, S32_MIN + 1, 0, -1, 1],
+            [S32_MAX, S32_MIN]]
+    for mult, shift in (((1 << 15) - 1, 1), (1, 62), ((1 << 15) - 1, 62), multiplier(2.0 ** -20), (1 << 14, 40)):
+        check(Softmax(8, mult, shift), rows, rng, idle=0.2, stall=0.2)
+
+
+def test_softmax_narrow_scores():
+    """score_bits below the 16-bit e width: the buffer word is 16 bits, the scores are sign-extended from it."""
+    rng = random.Random(5)
+    rows = [[-128, 127, 0], [5, 5], [-128], [rng.randint(-128, 127) for _ in range(10)]]
+    check(Softmax(10, (1 << 15) - 1, 11, score_bits=8), rows, rng, idle=0.2, stall=0.2)
+
+
+def test_softmax_overflow():
+    """A row longer than max_len: its first max_len scores are used, the rest are dropped, `overflow` is set;
+    the rows after it are unaffected."""
+    rng = random.Random(6)
+    mult, shift = multiplier(0.05)
+    dut = Softmax(4, mult, shift)
+    long = [10, 20, 30, 40, 9999, -9999]  # the dropped scores would change the maximum and the total
+    rows = [[1, 2], long, [5, 6, 7, 8], [300, -300, 0, 12, 13, 14, 15]]
+    got, overflow = simulate(dut, rows, rng, idle=0.2, stall=0.3)
+    assert overflow == 1
+    assert got == [reference(r[:4], mult, shift) for r in rows]
+    _, overflow = simulate(Softmax(4, mult, shift), [[1, 2, 3, 4]])
+    assert overflow == 0  # exactly max_len scores is not an overflow
+
+
+@pytest.mark.parametrize("n", [1, 5, 16])
+def test_softmax_cycles_per_row(n):
+    """No idle input, output always ready: a row takes 3 * n + 21 cycles; the first probability is taken
+    n + 24 cycles after the row's last score was accepted, then one per cycle."""
+    dut = Softmax(16, *multiplier(0.01))
+    rows = 3
+    accepted: list[int] = []
+    emitted: list[int] = []
+
+    async def producer(ctx):
+        ctx.set(dut.i.valid, 1)
+        cycle = 0
+        for k in range(rows * n):
+            ctx.set(dut.i.payload, {"score": k, "last": int(k % n == n - 1)})
+            while True:
+                _, _, ready = await ctx.tick().sample(dut.i.ready)
+                cycle += 1
+                if ready:
+                    accepted.append(cycle)
+                    break
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        while len(emitted) < rows * n:
+            _, _, valid = await ctx.tick().sample(dut.o.valid)
+            cycle += 1
+            if valid:
+                emitted.append(cycle)
+
+    run(dut, producer, consumer)
+    firsts = accepted[::n]
+    assert [b - a for a, b in itertools.pairwise(firsts)] == [3 * n + 21] * (rows - 1)
+    assert accepted[:n] == list(range(1, n + 1))  # one score per cycle
+    assert emitted[:n] == list(range(2 * n + 24, 3 * n + 24))  # one probability per cycle
+    assert emitted[0] - accepted[n - 1] == n + 24
+    assert emitted[n - 1] > accepted[n]  # the next row is accepted while the last probabilities drain
+
+
+def test_softmax_rejects_bad_arguments():
+    for args, message in [
+        ((0, 1 << 14, 20), "max_len must be at least 1, got 0"),
+        ((8, 0, 20), "sm_mult must be between 1 and 32767, got 0"),
+        ((8, 1 << 15, 20), "sm_mult must be between 1 and 32767, got 32768"),
+        ((8, 1 << 14, 0), "sm_shift must be between 1 and 62, got 0"),
+        ((8, 1 << 14, 63), "sm_shift must be between 1 and 62, got 63"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            Softmax(*args)
+    with pytest.raises(ValueError, match=r"^score_bits must be between 1 and 64, got 0$"):
+        Softmax(8, 1 << 14, 20, score_bits=0)
+
+
+def test_softmax_converts_to_verilog():
+    text = verilog.convert(Softmax(24, *multiplier(math.sqrt(1 / 64) / 16)), name="softmax")
+    assert "module softmax" in text
