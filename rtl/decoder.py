@@ -1,0 +1,659 @@
+"""Decoder: the whole model as one circuit, running a static schedule per token.
+
+One token in, one token out (the argmax after it). Weights sit in WeightStores (ROM or
+constant logic), the KV cache in per-layer SRAMs, and every multiply-accumulate of the
+token, projections and attention alike, runs through one MacArray of `lanes` lanes fed
+by a single address generator. The schedule is fixed at compile time: a Python loop over
+the QModel unrolls it into the states of one FSM (no run-time scheduling, as in TileRT).
+docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..quant.qmodel import QLinear, QModel
+from .activation import Glu, TableLookup
+from .argmax import Argmax
+from .mac_array import MacArray
+from .norm import NormUnit
+from .rescale import Rescale
+from .rope import Rope
+from .softmax import Softmax
+from .weight_store import WeightStore
+
+ACT_BITS = 17  # MAC activations: int8 and int16 values, and Q15 probabilities up to 32768
+KV_BITS = 8
+
+
+class Mode(enum.Enum, shape=4):
+    """Where a matrix-vector result goes (the epilogue)."""
+
+    Q = 0  # int8 -> raw q, rotated later
+    K = 1  # int8 -> raw k, rotated into the K cache
+    V = 2  # int8 -> the transposed V cache at this position
+    RESID = 3  # int16 -> added to the residual (o, down)
+    GATE = 4  # int8 -> gate buffer
+    UP = 5  # int8 -> SILU[gate] * up (or GELU[up]) -> hidden buffer
+    SCORES = 6  # int32 scores -> softmax
+    PV = 7  # attention output int8 -> activation buffer
+    LOGITS = 8  # int32 -> argmax
+
+
+class Source(enum.Enum, shape=3):
+    """Where the MAC lanes' activations come from."""
+
+    ACT = 0  # norm output or attention output
+    HID = 1  # MLP hidden
+    Q = 2  # rotated q
+    PROBS = 3  # softmax probabilities
+
+
+def token_layout(vocab: int) -> data.StructLayout:
+    return data.StructLayout({"token": unsigned(max(1, (vocab - 1).bit_length())), "new_seq": 1})
+
+
+def status_layout() -> data.StructLayout:
+    return data.StructLayout({"tokens": unsigned(32), "cycles": unsigned(32), "position": unsigned(16),
+                              "busy": 1, "context_full": 1, "bad_token": 1})
+
+
+def _check(qm: QModel, lanes: int, storage: str) -> None:
+    cfg = qm.config
+    if storage not in ("rom", "logic"):
+        raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
+    if lanes < 1 or lanes & (lanes - 1) or lanes > 64:
+        raise ValueError(f"lanes must be a power of two from 1 to 64, got {lanes}")
+    if cfg.head_dim % lanes:
+        raise ValueError(f"lanes {lanes} must divide the head width {cfg.head_dim}: the attention products read "
+                         f"whole heads; accepted lanes for this model: "
+                         f"{', '.join(str(1 << k) for k in range(7) if cfg.head_dim % (1 << k) == 0)}")
+    if qm.scheme == "mxfp4" and 32 % lanes:
+        raise ValueError(f"MXFP4 needs lanes dividing its 32-element blocks, got {lanes}")
+
+
+class Decoder(wiring.Component):
+    """Token stream in (with a new-sequence flag), next-token stream out, status counters."""
+
+    def __init__(self, qm: QModel, *, lanes: int = 8, storage: str = "rom") -> None:
+        try:
+            _check(qm, lanes, storage)
+        except ValueError:
+            self._MustUse__silence = True
+            raise
+        self.qm, self.lanes, self.storage = qm, lanes, storage
+        cfg = qm.config
+        self.token_bits = max(1, (cfg.vocab_size - 1).bit_length())
+        super().__init__({
+            "tokens": In(stream.Signature(token_layout(cfg.vocab_size))),
+            "out": Out(stream.Signature(unsigned(self.token_bits))),
+            "status": Out(status_layout()),
+        })
+
+    # -- static facts of the schedule -----------------------------------------------------
+
+    def chunks(self, n: int) -> int:
+        return -(-n // self.lanes)
+
+    def elaborate(self, platform: object) -> Elaboratable:
+        m = Module()
+        qm, lanes = self.qm, self.lanes
+        cfg = qm.config
+        d, hd, ctx = cfg.d_model, cfg.head_dim, qm.context
+        kvdim, qdim = cfg.n_kv_heads * hd, cfg.n_heads * hd
+        group = cfg.n_heads // cfg.n_kv_heads
+        gated = cfg.activation == "silu_glu"
+        c_ctx, c_kv = self.chunks(ctx), kvdim // lanes
+        linears = dict(qm.linears())
+        acc_bits = max(max(lin.acc_bits for lin in linears.values()), 32) + 1
+
+        # -- weight stores and their per-row epilogue constants -------------------------------
+        stores: dict[str, WeightStore] = {}
+        params: dict[str, object] = {}
+        for index, (name, lin) in enumerate(linears.items()):
+            store = WeightStore(lin.codes.numpy(), lin.block_shift.numpy(), lanes=lanes, code_bits=lin.bits,
+                                scheme=lin.scheme, storage=self.storage)
+            m.submodules[f"w{index}"] = stores[name] = store
+            params[name] = self._param_rom(m, f"p{index}", lin, acc_bits)
+        embed = WeightStore(qm.embed.codes.numpy(), qm.embed.block_shift.numpy(), lanes=lanes,
+                            code_bits=qm.embed.bits, scheme=qm.embed.scheme, storage=self.storage)
+        m.submodules.embed = embed
+        embed_scale = self._scale_rom(m, "embed_scale", qm.embed.mult.tolist(), qm.embed.shift.tolist())
+        pos_store = pos_scale = None
+        if qm.pos is not None:
+            pos_store = WeightStore(qm.pos.codes.numpy(), qm.pos.block_shift.numpy(), lanes=lanes,
+                                    code_bits=qm.pos.bits, scheme=qm.pos.scheme, storage=self.storage)
+            m.submodules.pos = pos_store
+            pos_scale = self._scale_rom(m, "pos_scale", qm.pos.mult.tolist(), qm.pos.shift.tolist())
+
+        # -- buffers ----------------------------------------------------------------------------
+        act_layout = data.ArrayLayout(signed(ACT_BITS), lanes)
+        kv_layout = data.ArrayLayout(signed(KV_BITS), lanes)
+        big = max(d, qdim)
+        mems = {
+            "act": Memory(shape=act_layout, depth=self.chunks(big), init=[]),
+            "hid": Memory(shape=act_layout, depth=self.chunks(cfg.ffn), init=[]),
+            "qrot": Memory(shape=act_layout, depth=self.chunks(qdim), init=[]),
+            "probs": Memory(shape=act_layout, depth=c_ctx, init=[]),
+        }
+        for name, mem in mems.items():
+            m.submodules[name] = mem
+        kcache = [Memory(shape=kv_layout, depth=ctx * c_kv, init=[]) for _ in range(cfg.n_layers)]
+        vcache = [Memory(shape=kv_layout, depth=kvdim * c_ctx, init=[]) for _ in range(cfg.n_layers)]  # V transposed
+        for i in range(cfg.n_layers):
+            m.submodules[f"kcache{i}"], m.submodules[f"vcache{i}"] = kcache[i], vcache[i]
+        m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
+        m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
+        m.submodules.raw = raw = Memory(shape=signed(8), depth=max(qdim, kvdim), init=[])
+        self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw": raw,  # for testbenches: state to inspect
+                         **{f"kcache{i}": mem for i, mem in enumerate(kcache)},
+                         **{f"vcache{i}": mem for i, mem in enumerate(vcache)}}
+
+        resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
+        gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
+        raw_rd1, raw_rd2, raw_wr = raw.read_port(domain="comb"), raw.read_port(domain="comb"), raw.write_port()
+        rd = {name: mem.read_port() for name, mem in mems.items()}
+        wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
+        k_rd = [mem.read_port() for mem in kcache]
+        k_wr = [mem.write_port(granularity=1) for mem in kcache]
+        v_rd = [mem.read_port() for mem in vcache]
+        v_wr = [mem.write_port(granularity=1) for mem in vcache]
+
+        # -- units ------------------------------------------------------------------------------
+        m.submodules.mac = mac = MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits)
+        m.submodules.rescale = rescale = Rescale(acc_bits + 1, 32)
+        m.submodules.embed_rescale = emb_rescale = Rescale(8 + 24 + 1, 16)
+        norms = {}
+        for i, layer in enumerate(qm.layers):
+            for site, qn in (("attn", layer.attn_norm), ("mlp", layer.mlp_norm)):
+                unit = NormUnit(d, qn.kind, qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
+                m.submodules[f"norm_{site}{i}"] = norms[f"{site}{i}"] = unit
+        fn = qm.final_norm
+        m.submodules.norm_final = norms["final"] = NormUnit(d, fn.kind, fn.eps_q, fn.mult.tolist(), fn.shift.tolist())
+        softmaxes, acts = [], []
+        for i, layer in enumerate(qm.layers):
+            sm = Softmax(ctx, layer.sm_mult, layer.sm_shift)
+            unit = Glu(layer.act_table) if gated else TableLookup(layer.act_table)
+            m.submodules[f"softmax{i}"], m.submodules[f"act{i}"] = sm, unit
+            softmaxes.append(sm)
+            acts.append(unit)
+        rope = None
+        if cfg.positions == "rope":
+            m.submodules.rope = rope = Rope(qm.rope_cos, qm.rope_sin)
+        m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size)
+        self._argmax = argmax
+
+        # -- control registers ---------------------------------------------------------------------
+        token = Signal(self.token_bits)
+        position = Signal(range(ctx + 1))
+        layer_sel = Signal(range(cfg.n_layers))
+        head = Signal(range(cfg.n_heads))
+        busy, context_full, bad_token = Signal(), Signal(), Signal()
+        tokens_done, cycles = Signal(32), Signal(32)
+        m.d.sync += cycles.eq(cycles + 1)
+        m.d.comb += [self.status.tokens.eq(tokens_done), self.status.cycles.eq(cycles),
+                     self.status.position.eq(position), self.status.busy.eq(busy),
+                     self.status.context_full.eq(context_full), self.status.bad_token.eq(bad_token)]
+
+        # -- the matrix-vector engine: one address generator for every MAC ---------------------------
+        mv_start = Signal()  # one-cycle pulse, set by the schedule with the mv_* registers below
+        m.d.sync += mv_start.eq(0)
+        mv_tensor = Signal(range(max(1, len(linears))))
+        mv_mode = Signal(Mode)
+        mv_src = Signal(Source)
+        mv_attn = Signal()  # codes from the K / V cache instead of a weight store
+        mv_rows = Signal(range(max(ctx, cfg.ffn, cfg.vocab_size, d, qdim) + 1))
+        mv_chunks = Signal(range(self.chunks(max(ctx, cfg.ffn, d, qdim)) + 1))
+        max_words = max([ctx * c_kv, kvdim * c_ctx] + [store.words for store in stores.values()])
+        mv_row_stride = Signal(range(max_words + 1))
+        mv_code_base = Signal(range(max_words + 1))
+        mv_act_base = Signal(range(self.chunks(max(big, cfg.ffn, ctx)) + 1))
+        row, chunk = Signal.like(mv_rows), Signal.like(mv_chunks)
+        row_base = Signal.like(mv_code_base)
+        issuing, pending = Signal(), Signal()
+        first_q, last_q = Signal(), Signal()
+        advance = Signal()
+        m.d.comb += advance.eq(~pending | mac.i.ready)
+        code_addr = Signal.like(mv_code_base)
+        act_addr = Signal.like(mv_act_base)
+        m.d.comb += [code_addr.eq(row_base + chunk), act_addr.eq(mv_act_base + chunk)]
+        for store in stores.values():
+            m.d.comb += [store.addr.eq(code_addr), store.en.eq(advance)]
+        for port in rd.values():
+            m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
+        for port in k_rd + v_rd:
+            m.d.comb += [port.addr.eq(code_addr), port.en.eq(advance)]
+        with m.If(mv_start):
+            m.d.sync += [issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(mv_code_base)]
+        with m.Elif(advance):
+            m.d.sync += pending.eq(issuing)
+            with m.If(issuing):
+                m.d.sync += [first_q.eq(chunk == 0), last_q.eq(chunk == mv_chunks - 1)]
+                with m.If(chunk == mv_chunks - 1):
+                    m.d.sync += [chunk.eq(0), row.eq(row + 1), row_base.eq(row_base + mv_row_stride)]
+                    with m.If(row == mv_rows - 1):
+                        m.d.sync += issuing.eq(0)
+                with m.Else():
+                    m.d.sync += chunk.eq(chunk + 1)
+        # codes: the selected weight store, or this layer's K / V cache word
+        codes_sel = Signal(data.ArrayLayout(signed(8), lanes))
+        shift_sel = Signal(5)
+        with m.If(mv_attn), m.Switch(layer_sel):
+            for i in range(cfg.n_layers):
+                with m.Case(i):
+                    with m.If(mv_mode == Mode.SCORES):
+                        m.d.comb += [codes_sel[j].eq(k_rd[i].data[j]) for j in range(lanes)]
+                    with m.Else():
+                        m.d.comb += [codes_sel[j].eq(v_rd[i].data[j]) for j in range(lanes)]
+        with m.Else(), m.Switch(mv_tensor):
+            for index, store in enumerate(stores.values()):
+                with m.Case(index):
+                    m.d.comb += [codes_sel.eq(store.codes), shift_sel.eq(store.shift)]
+        acts_sel = Signal(act_layout)
+        with m.Switch(mv_src):
+            for src, name in ((Source.ACT, "act"), (Source.HID, "hid"), (Source.Q, "qrot"), (Source.PROBS, "probs")):
+                with m.Case(src):
+                    m.d.comb += acts_sel.eq(rd[name].data)
+        m.d.comb += [mac.i.valid.eq(pending), mac.i.payload.codes.eq(codes_sel), mac.i.payload.shift.eq(shift_sel),
+                     mac.i.payload.acts.eq(acts_sel), mac.i.payload.first.eq(first_q), mac.i.payload.last.eq(last_q)]
+
+        # -- epilogue: bias and rescale, then the destination ----------------------------------------
+        row_in = Signal.like(mv_rows)  # rows that entered the rescale
+        row_out = Signal.like(mv_rows)  # rows that left it
+        bias, mult, shift = Signal(signed(acc_bits)), Signal(15), Signal(6)
+        att_mult, att_shift = Signal(15), Signal(6)
+        with m.Switch(layer_sel):
+            for i, layer in enumerate(qm.layers):
+                with m.Case(i):
+                    m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
+        with m.If(mv_mode == Mode.SCORES):
+            m.d.comb += [mult.eq(1 << 14), shift.eq(14)]  # identity: scores pass unchanged
+        with m.Elif(mv_mode == Mode.PV):
+            m.d.comb += [mult.eq(att_mult), shift.eq(att_shift)]
+        with m.Else(), m.Switch(mv_tensor):
+            for index, name in enumerate(linears):
+                with m.Case(index):
+                    port = params[name]
+                    m.d.comb += [port.addr.eq(row_in), bias.eq(port.data.bias), mult.eq(port.data.mult),
+                                 shift.eq(port.data.shift)]
+        m.d.comb += [rescale.i.valid.eq(mac.o.valid), mac.o.ready.eq(rescale.i.ready),
+                     rescale.i.payload.value.eq(mac.o.payload + bias), rescale.i.payload.mult.eq(mult),
+                     rescale.i.payload.shift.eq(shift)]
+        with m.If(mac.o.valid & rescale.i.ready):
+            m.d.sync += row_in.eq(row_in + 1)
+        with m.If(mv_start):
+            m.d.sync += [row_in.eq(0), row_out.eq(0)]
+
+        y = rescale.o.payload
+        y8 = Signal(signed(8))
+        y16 = Signal(signed(16))
+        m.d.comb += [y8.eq(Mux(y > 127, 127, Mux(y < -128, -128, y))),
+                     y16.eq(Mux(y > 32767, 32767, Mux(y < -32768, -32768, y)))]
+        dest_ready = Signal()
+        m.d.comb += rescale.o.ready.eq(dest_ready)
+        took = Signal()
+        m.d.comb += took.eq(rescale.o.valid & dest_ready)
+        with m.If(took):
+            m.d.sync += row_out.eq(row_out + 1)
+        glu_in_valid = Signal()
+        with m.Switch(mv_mode):
+            with m.Case(Mode.Q, Mode.K):
+                m.d.comb += [dest_ready.eq(1), raw_wr.addr.eq(row_out), raw_wr.data.eq(y8), raw_wr.en.eq(took)]
+            with m.Case(Mode.V):  # transposed: row j of head g, column = position
+                m.d.comb += dest_ready.eq(1)
+                with m.Switch(layer_sel):
+                    for i in range(cfg.n_layers):
+                        with m.Case(i):
+                            m.d.comb += [v_wr[i].addr.eq(row_out * c_ctx + position // lanes),
+                                         v_wr[i].en.eq(Mux(took, 1 << (position % lanes), 0))]
+                            m.d.comb += [v_wr[i].data[j].eq(y8) for j in range(lanes)]
+            with m.Case(Mode.RESID):
+                total = Signal(signed(18))
+                m.d.comb += [dest_ready.eq(1), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
+                             resid_wr.addr.eq(row_out), resid_wr.en.eq(took),
+                             resid_wr.data.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
+            with m.Case(Mode.GATE):
+                m.d.comb += [dest_ready.eq(1), gate_wr.addr.eq(row_out), gate_wr.data.eq(y8), gate_wr.en.eq(took)]
+            with m.Case(Mode.UP):
+                m.d.comb += [gate_rd.addr.eq(row_out), glu_in_valid.eq(rescale.o.valid)]
+                with m.Switch(layer_sel):
+                    for i, unit in enumerate(acts):
+                        with m.Case(i):
+                            m.d.comb += [unit.i.valid.eq(glu_in_valid), dest_ready.eq(unit.i.ready)]
+                            if gated:
+                                m.d.comb += [unit.i.payload.gate.eq(gate_rd.data), unit.i.payload.up.eq(y8)]
+                            else:
+                                m.d.comb += unit.i.payload.eq(y8)
+            with m.Case(Mode.SCORES), m.Switch(layer_sel):
+                for i, sm in enumerate(softmaxes):
+                    with m.Case(i):
+                        m.d.comb += [sm.i.valid.eq(rescale.o.valid), dest_ready.eq(sm.i.ready),
+                                     sm.i.payload.score.eq(y), sm.i.payload.last.eq(row_out == mv_rows - 1)]
+            with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
+                element = Signal(range(qdim))
+                m.d.comb += [dest_ready.eq(1), element.eq(head * hd + row_out),
+                             wr["act"].addr.eq(element // lanes),
+                             wr["act"].en.eq(Mux(took, 1 << (element % lanes), 0))]
+                m.d.comb += [wr["act"].data[j].eq(y8) for j in range(lanes)]
+            with m.Case(Mode.LOGITS):
+                m.d.comb += [argmax.i.valid.eq(rescale.o.valid), dest_ready.eq(argmax.i.ready),
+                             argmax.i.payload.value.eq(y), argmax.i.payload.last.eq(row_out == mv_rows - 1)]
+
+        # the activation unit's output: hidden[o], in order
+        hid_count = Signal(range(cfg.ffn + 1))
+        for unit in acts:
+            m.d.comb += unit.o.ready.eq(1)
+        hid_valid, hid_value = Signal(), Signal(signed(16))
+        with m.Switch(layer_sel):
+            for i, unit in enumerate(acts):
+                with m.Case(i):
+                    m.d.comb += [hid_valid.eq(unit.o.valid), hid_value.eq(unit.o.payload)]
+        m.d.comb += [wr["hid"].addr.eq(hid_count // lanes), wr["hid"].en.eq(Mux(hid_valid, 1 << (hid_count % lanes), 0))]
+        m.d.comb += [wr["hid"].data[j].eq(hid_value) for j in range(lanes)]
+        with m.If(hid_valid):
+            m.d.sync += hid_count.eq(hid_count + 1)
+        with m.If(mv_start):
+            m.d.sync += hid_count.eq(0)
+
+        mv_done = Signal()
+        m.d.comb += mv_done.eq(~issuing & ~pending & ~mv_start & (row_out == mv_rows) &
+                               Mux(mv_mode == Mode.UP, hid_count == mv_rows, 1))
+
+        # -- the schedule ----------------------------------------------------------------------------
+        def start_mv(name_or_mode: str | Mode, *, rows: int, chunks: int, mode: Mode, src: Source,
+                     code_base: object = 0, stride: int | None = None, act_base: object = 0) -> list:
+            stmts = [mv_start.eq(1), mv_mode.eq(mode), mv_src.eq(src), mv_rows.eq(rows), mv_chunks.eq(chunks),
+                     mv_code_base.eq(code_base), mv_row_stride.eq(chunks if stride is None else stride),
+                     mv_act_base.eq(act_base), mv_attn.eq(isinstance(name_or_mode, Mode))]
+            if isinstance(name_or_mode, str):
+                stmts.append(mv_tensor.eq(list(linears).index(name_or_mode)))
+            return stmts
+
+        # norm feeding: residual element i into the selected norm unit, outputs into act
+        n_in, n_out = Signal(range(d + 1)), Signal(range(d + 1))
+        norm_sel = Signal(range(len(norms)))
+        norm_names = list(norms)
+        norm_done = Signal()
+        norm_running = Signal()
+        for k, name in enumerate(norm_names):
+            unit = norms[name]
+            with m.If(norm_running & (norm_sel == k)):
+                m.d.comb += [unit.i.valid.eq(n_in < d), unit.i.payload.eq(resid_rd.data), unit.o.ready.eq(1)]
+                with m.If(unit.i.valid & unit.i.ready):
+                    m.d.sync += n_in.eq(n_in + 1)
+                with m.If(unit.o.valid):
+                    m.d.sync += n_out.eq(n_out + 1)
+                    m.d.comb += [wr["act"].addr.eq(n_out // lanes), wr["act"].en.eq(1 << (n_out % lanes))]
+                    m.d.comb += [wr["act"].data[j].eq(unit.o.payload) for j in range(lanes)]
+        m.d.comb += norm_done.eq(n_out == d)
+
+        # rope: pairs (head, i) from raw into q (rotated) or the K cache at this position
+        pair_in, pair_out = Signal(range(qdim // 2 + 1)), Signal(range(qdim // 2 + 1))
+        rope_is_k = Signal()
+        rope_pairs = Signal(range(qdim // 2 + 1))
+        rope_running = Signal()
+        half = hd // 2
+        if rope is not None:
+            hi, ii = Signal(range(cfg.n_heads)), Signal(range(half))
+            m.d.comb += [hi.eq(pair_in // half), ii.eq(pair_in % half),
+                         raw_rd1.addr.eq(hi * hd + ii), raw_rd2.addr.eq(hi * hd + ii + half),
+                         rope.i.valid.eq(rope_running & (pair_in < rope_pairs)), rope.i.payload.x1.eq(raw_rd1.data),
+                         rope.i.payload.x2.eq(raw_rd2.data), rope.i.payload.pos.eq(position), rope.i.payload.pair.eq(ii)]
+            with m.If(rope.i.valid & rope.i.ready):
+                m.d.sync += pair_in.eq(pair_in + 1)
+            # each result is two elements, hd/2 apart: write y1 now, y2 from a holding register next cycle
+            ho, io = Signal(range(cfg.n_heads)), Signal(range(half))
+            second, second_el, second_val = Signal(), Signal(range(qdim)), Signal(signed(8))
+            write_el, write_val, write_en = Signal(range(qdim)), Signal(signed(8)), Signal()
+            m.d.comb += [ho.eq(pair_out // half), io.eq(pair_out % half), rope.o.ready.eq(~second)]
+            with m.If(second):
+                m.d.comb += [write_el.eq(second_el), write_val.eq(second_val), write_en.eq(1)]
+                m.d.sync += second.eq(0)
+            with m.Elif(rope.o.valid):
+                m.d.comb += [write_el.eq(ho * hd + io), write_val.eq(rope.o.payload.y1), write_en.eq(1)]
+                m.d.sync += [pair_out.eq(pair_out + 1), second.eq(1), second_el.eq(ho * hd + io + half),
+                             second_val.eq(rope.o.payload.y2)]
+            self._rope_writes(m, lanes, c_kv, rope_is_k, write_en, write_el, write_val, wr["qrot"], k_wr, layer_sel,
+                              position)
+        else:
+            second = Const(0)
+
+        # -- token-level FSM -----------------------------------------------------------------------
+        out_token, token_ready = Signal(self.token_bits), Signal()
+        m.d.comb += [argmax.o.ready.eq(1)]
+        with m.If(argmax.o.valid):
+            m.d.sync += [out_token.eq(argmax.o.payload), token_ready.eq(1)]
+        emb_i, emb_o = Signal(range(d + 1)), Signal(range(d + 1))
+        emb_word = Signal(data.ArrayLayout(signed(8), lanes))
+        emb_shift = Signal(5)
+
+        with m.FSM(name="schedule") as fsm:
+            self.fsm = fsm  # for testbenches and waveforms: the schedule state
+            with m.State("IDLE"):
+                m.d.comb += self.tokens.ready.eq(1)
+                with m.If(self.tokens.valid):
+                    m.d.sync += busy.eq(1)
+                    new_pos = Mux(self.tokens.payload.new_seq, 0, position)
+                    with m.If(self.tokens.payload.new_seq):
+                        m.d.sync += [position.eq(0), context_full.eq(0), bad_token.eq(0)]
+                    with m.If(self.tokens.payload.token >= cfg.vocab_size):
+                        m.d.sync += [bad_token.eq(1), busy.eq(0)]
+                    with m.Elif(new_pos >= ctx):
+                        m.d.sync += [context_full.eq(1), busy.eq(0)]
+                    with m.Else():
+                        m.d.sync += [token.eq(self.tokens.payload.token), emb_i.eq(0), emb_o.eq(0)]
+                        m.next = "EMBED_READ"
+            self._embed_states(m, embed, embed_scale, emb_rescale, token, emb_i, emb_o, emb_word, emb_shift,
+                               resid_wr, resid_rd, d, "EMBED", "POS_READ" if pos_store is not None else "L0_NORM_ATTN",
+                               position=None)
+            if pos_store is not None:
+                self._embed_states(m, pos_store, pos_scale, emb_rescale, position, emb_i, emb_o, emb_word, emb_shift,
+                                   resid_wr, resid_rd, d, "POS", "L0_NORM_ATTN", position=True)
+
+            def norm_state(name: str, key: str, nxt: str) -> None:
+                with m.State(name):
+                    with m.If(~norm_running):
+                        m.d.sync += [norm_running.eq(1), norm_sel.eq(norm_names.index(key)), n_in.eq(0), n_out.eq(0)]
+                    with m.Elif(norm_done):
+                        m.d.sync += norm_running.eq(0)
+                        m.next = nxt
+                    m.d.comb += resid_rd.addr.eq(n_in)
+
+            def mv_state(name: str, nxt: str, start: list) -> None:
+                with m.State(name):
+                    m.d.sync += start
+                    m.next = name + "_WAIT"
+                with m.State(name + "_WAIT"), m.If(mv_done):
+                    m.next = nxt
+
+            def rope_state(name: str, is_k: bool, pairs: int, nxt: str) -> None:
+                with m.State(name):
+                    with m.If(~rope_running):
+                        m.d.sync += [rope_running.eq(1), rope_is_k.eq(is_k), rope_pairs.eq(pairs), pair_in.eq(0),
+                                     pair_out.eq(0)]
+                    with m.Elif((pair_out == pairs) & ~second):
+                        m.d.sync += rope_running.eq(0)
+                        m.next = nxt
+
+            for i in range(cfg.n_layers):
+                n = f"layers.{i}"
+                nxt_layer = f"L{i + 1}_NORM_ATTN" if i + 1 < cfg.n_layers else "FINAL_NORM"
+                with m.State(f"L{i}_NORM_ATTN"):
+                    m.d.sync += layer_sel.eq(i)
+                    m.next = f"L{i}_NORM_ATTN_RUN"
+                norm_state(f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
+                c_d = self.chunks(d)
+                if rope is not None:
+                    mv_state(f"L{i}_Q", f"L{i}_ROPE_Q", start_mv(f"{n}.q", rows=qdim, chunks=c_d, mode=Mode.Q,
+                                                                 src=Source.ACT))
+                    rope_state(f"L{i}_ROPE_Q", False, qdim // 2, f"L{i}_K")
+                    mv_state(f"L{i}_K", f"L{i}_ROPE_K", start_mv(f"{n}.k", rows=kvdim, chunks=c_d, mode=Mode.K,
+                                                                 src=Source.ACT))
+                    rope_state(f"L{i}_ROPE_K", True, kvdim // 2, f"L{i}_V")
+                else:
+                    mv_state(f"L{i}_Q", f"L{i}_COPY_Q", start_mv(f"{n}.q", rows=qdim, chunks=c_d, mode=Mode.Q,
+                                                                 src=Source.ACT))
+                    self._copy_state(m, f"L{i}_COPY_Q", f"L{i}_K", qdim, raw_rd1, wr["qrot"], None, lanes, c_kv,
+                                     layer_sel, position)
+                    mv_state(f"L{i}_K", f"L{i}_COPY_K", start_mv(f"{n}.k", rows=kvdim, chunks=c_d, mode=Mode.K,
+                                                                 src=Source.ACT))
+                    self._copy_state(m, f"L{i}_COPY_K", f"L{i}_V", kvdim, raw_rd1, None, k_wr, lanes, c_kv,
+                                     layer_sel, position)
+                mv_state(f"L{i}_V", f"L{i}_H0_SCORES", start_mv(f"{n}.v", rows=kvdim, chunks=c_d, mode=Mode.V,
+                                                                src=Source.ACT))
+                for h in range(cfg.n_heads):
+                    g = h // group
+                    with m.State(f"L{i}_H{h}_SCORES"):
+                        m.d.sync += head.eq(h)
+                        m.d.sync += start_mv(Mode.SCORES, rows=position + 1, chunks=hd // lanes, mode=Mode.SCORES,
+                                             src=Source.Q, code_base=(g * hd) // lanes, stride=c_kv,
+                                             act_base=(h * hd) // lanes)
+                        m.next = f"L{i}_H{h}_SCORES_WAIT"
+                    with m.State(f"L{i}_H{h}_SCORES_WAIT"), m.If(mv_done):
+                        m.next = f"L{i}_H{h}_SOFTMAX"
+                    self._softmax_state(m, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV", softmaxes[i], wr["probs"], lanes)
+                    nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < cfg.n_heads else f"L{i}_O"
+                    with m.State(f"L{i}_H{h}_PV"):
+                        m.d.sync += start_mv(Mode.PV, rows=hd, chunks=(position + lanes) // lanes, mode=Mode.PV,
+                                             src=Source.PROBS, code_base=g * hd * c_ctx, stride=c_ctx)
+                        m.next = f"L{i}_H{h}_PV_WAIT"
+                    with m.State(f"L{i}_H{h}_PV_WAIT"), m.If(mv_done):
+                        m.next = nxt
+                mv_state(f"L{i}_O", f"L{i}_NORM_MLP", start_mv(f"{n}.o", rows=d, chunks=self.chunks(qdim),
+                                                               mode=Mode.RESID, src=Source.ACT))
+                norm_state(f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if gated else f"L{i}_UP")
+                if gated:
+                    mv_state(f"L{i}_GATE", f"L{i}_UP", start_mv(f"{n}.gate", rows=cfg.ffn, chunks=c_d, mode=Mode.GATE,
+                                                                src=Source.ACT))
+                mv_state(f"L{i}_UP", f"L{i}_DOWN", start_mv(f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP,
+                                                            src=Source.ACT))
+                mv_state(f"L{i}_DOWN", nxt_layer, start_mv(f"{n}.down", rows=d, chunks=self.chunks(cfg.ffn),
+                                                           mode=Mode.RESID, src=Source.HID))
+            norm_state("FINAL_NORM", "final", "HEAD")
+            mv_state("HEAD", "ARGMAX", start_mv("head", rows=cfg.vocab_size, chunks=self.chunks(d), mode=Mode.LOGITS,
+                                                src=Source.ACT))
+            with m.State("ARGMAX"), m.If(token_ready):
+                m.d.sync += token_ready.eq(0)
+                m.next = "EMIT"
+            with m.State("EMIT"):
+                m.d.comb += [self.out.valid.eq(1), self.out.payload.eq(out_token)]
+                with m.If(self.out.ready):
+                    m.d.sync += [position.eq(position + 1), tokens_done.eq(tokens_done + 1), busy.eq(0)]
+                    m.next = "IDLE"
+        return m
+
+    # -- pieces of the schedule ------------------------------------------------------------------
+
+    @staticmethod
+    def _param_rom(m: Module, name: str, lin: QLinear, acc_bits: int) -> object:
+        layout = data.StructLayout({"bias": signed(acc_bits), "mult": unsigned(15), "shift": unsigned(6)})
+        init = [{"bias": int(b), "mult": int(mu), "shift": int(s)}
+                for b, mu, s in zip(lin.bias.tolist(), lin.mult.tolist(), lin.shift.tolist(), strict=True)]
+        m.submodules[name] = rom = Memory(shape=layout, depth=len(init), init=init)
+        return rom.read_port(domain="comb")
+
+    @staticmethod
+    def _scale_rom(m: Module, name: str, mults: list[int], shifts: list[int]) -> object:
+        layout = data.StructLayout({"mult": unsigned(15), "shift": unsigned(6)})
+        init = [{"mult": int(a), "shift": int(b)} for a, b in zip(mults, shifts, strict=True)]
+        m.submodules[name] = rom = Memory(shape=layout, depth=len(init), init=init)
+        return rom.read_port(domain="comb")
+
+    def _embed_states(self, m: Module, store: WeightStore, scale: object, rescale: Rescale, row: Signal,
+                      emb_i: Signal, emb_o: Signal, word: Signal, word_shift: Signal, resid_wr: object,
+                      resid_rd: object, d: int, prefix: str, nxt: str, position: object) -> None:
+        """Row `row` of a table into the residual: rescale(code << shift, mult[row], shift[row]).
+
+        The token embedding writes the residual; learned positions (position=True) add to it.
+        """
+        lanes = self.lanes
+        chunks = self.chunks(d)
+        lane = Signal(range(lanes + 1), name=f"{prefix.lower()}_lane")
+        with m.State(f"{prefix}_READ"):
+            m.d.comb += [store.addr.eq(row * chunks + emb_i // lanes), store.en.eq(1)]
+            m.d.sync += lane.eq(0)
+            m.next = f"{prefix}_FEED"
+        with m.State(f"{prefix}_FEED"):
+            m.d.comb += [scale.addr.eq(row), rescale.o.ready.eq(1)]
+            value = Signal(signed(8 + 24 + 1), name=f"{prefix.lower()}_value")
+            m.d.comb += value.eq(store.codes[lane] << store.shift)
+            m.d.comb += [rescale.i.valid.eq((lane < lanes) & (emb_i < d)), rescale.i.payload.value.eq(value),
+                         rescale.i.payload.mult.eq(scale.data.mult), rescale.i.payload.shift.eq(scale.data.shift)]
+            with m.If(rescale.i.valid & rescale.i.ready):
+                m.d.sync += [lane.eq(lane + 1), emb_i.eq(emb_i + 1)]
+            with m.If(rescale.o.valid):
+                m.d.sync += emb_o.eq(emb_o + 1)
+                if position:
+                    total = Signal(signed(18), name=f"{prefix.lower()}_sum")
+                    m.d.comb += [resid_rd.addr.eq(emb_o), total.eq(resid_rd.data + rescale.o.payload),
+                                 resid_wr.data.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
+                else:
+                    m.d.comb += resid_wr.data.eq(rescale.o.payload)
+                m.d.comb += [resid_wr.addr.eq(emb_o), resid_wr.en.eq(1)]
+            with m.If(emb_o == d):
+                m.d.sync += [emb_i.eq(0), emb_o.eq(0)]
+                m.next = nxt
+            with m.Elif((lane == lanes) & (emb_i < d)):  # word used up: the rescale keeps what is in flight
+                m.next = f"{prefix}_READ"
+
+    def _rope_writes(self, m: Module, lanes: int, c_kv: int, is_k: Signal, en: Signal, el: Signal, val: Signal,
+                     q_wr: object, k_wr: list, layer_sel: Signal, position: Signal) -> None:
+        """One rotated element into q (act layout) or this layer's K cache row at `position`."""
+        with m.If(~is_k):
+            m.d.comb += [q_wr.addr.eq(el // lanes), q_wr.en.eq(Mux(en, 1 << (el % lanes), 0))]
+            m.d.comb += [q_wr.data[j].eq(val) for j in range(lanes)]
+        with m.Else(), m.Switch(layer_sel):
+            for i, port in enumerate(k_wr):
+                with m.Case(i):
+                    m.d.comb += [port.addr.eq(position * c_kv + el // lanes),
+                                 port.en.eq(Mux(en, 1 << (el % lanes), 0))]
+                    m.d.comb += [port.data[j].eq(val) for j in range(lanes)]
+
+    def _copy_state(self, m: Module, name: str, nxt: str, count: int, raw_rd: object, q_wr: object | None,
+                    k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal) -> None:
+        """Learned positions: q and k need no rotation, only moving from raw into place."""
+        index = Signal(range(count + 1), name=f"{name.lower()}_index")
+        with m.State(name):
+            m.d.comb += raw_rd.addr.eq(index)
+            with m.If(index == count):
+                m.d.sync += index.eq(0)
+                m.next = nxt
+            with m.Else():
+                m.d.sync += index.eq(index + 1)
+                if q_wr is not None:
+                    m.d.comb += [q_wr.addr.eq(index // lanes), q_wr.en.eq(1 << (index % lanes))]
+                    m.d.comb += [q_wr.data[j].eq(raw_rd.data) for j in range(lanes)]
+                else:
+                    with m.Switch(layer_sel):
+                        for i, port in enumerate(k_wr):
+                            with m.Case(i):
+                                m.d.comb += [port.addr.eq(position * c_kv + index // lanes),
+                                             port.en.eq(1 << (index % lanes))]
+                                m.d.comb += [port.data[j].eq(raw_rd.data) for j in range(lanes)]
+
+    def _softmax_state(self, m: Module, name: str, nxt: str, sm: Softmax, probs_wr: object, lanes: int) -> None:
+        """Probabilities of one head into whole words of `probs` (unused lanes zero)."""
+        t = Signal(range(self.qm.context + 1), name=f"{name.lower()}_t")
+        word = Signal(data.ArrayLayout(signed(ACT_BITS), lanes), name=f"{name.lower()}_word")
+        with m.State(name):
+            m.d.comb += sm.o.ready.eq(1)
+            with m.If(sm.o.valid):
+                lane = t % lanes
+                filled = Signal(data.ArrayLayout(signed(ACT_BITS), lanes), name=f"{name.lower()}_filled")
+                m.d.comb += filled.eq(word)
+                with m.Switch(lane):
+                    for j in range(lanes):
+                        with m.Case(j):
+                            m.d.comb += filled[j].eq(sm.o.payload.prob)
+                with m.If((lane == lanes - 1) | sm.o.payload.last):
+                    m.d.comb += [probs_wr.addr.eq(t // lanes), probs_wr.en.eq((1 << lanes) - 1), probs_wr.data.eq(filled)]
+                    m.d.sync += word.eq(0)
+                with m.Else():
+                    m.d.sync += word.eq(filled)
+                m.d.sync += t.eq(t + 1)
+                with m.If(sm.o.payload.last):
+                    m.d.sync += t.eq(0)
+                    m.next = nxt
