@@ -48,6 +48,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Import, quantise and generate Verilog into a build folder, with a report."""
+    from .frontend import load
+    from .quant.quantize import quantize
+    from .rtl.build import compile_to
+
+    print(f"importing {args.model} ...", flush=True)
+    ir = load(args.model)
+    print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
+    print(f"quantising ({args.quant}) ...", flush=True)
+    qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
+    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights)
+    print(report.summary())
+    print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
@@ -58,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("model", type=Path, help="model.onnx (external data may lie beside it)")
     inspect.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     inspect.set_defaults(func=cmd_inspect)
+
+    comp = sub.add_parser("compile", help="quantise a model and generate its Verilog", description=cmd_compile.__doc__)
+    comp.add_argument("model", type=Path, help="model.onnx")
+    comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8",
+                      help="weight scheme (default int8)")
+    comp.add_argument("--avg-bits", type=float, default=4.0, help="mixed36 budget in bits per weight (default 4.0)")
+    comp.add_argument("--lanes", type=int, default=8, help="multiply-accumulates per cycle (default 8)")
+    comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
+                      help="rom: memories with init (block RAM); logic: constant tables (gates)")
+    comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")
+    comp.add_argument("-o", "--out", type=Path, required=True, help="build folder")
+    comp.set_defaults(func=cmd_compile)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
@@ -70,10 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .frontend import ModelImportError
+    from .quant.weights import QuantizationError
 
     try:
         return args.func(args)
-    except ModelImportError as err:
+    except (ModelImportError, QuantizationError) as err:
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # hardware parameters the model cannot use (lanes, storage)
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
 

