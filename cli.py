@@ -29,22 +29,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The whole flow on the bundled model (today: import, proof and a float sample)."""
-    import torch
-
-    from .frontend import float_forward, load
+    """The flow on the bundled model as far as it exists today: import and proof, quantisation,
+    integer reference decoding of a prompt, Verilog generation with its report."""
+    from .frontend import load
+    from .quant.quantize import quantize
+    from .quant.reference import ReferenceDecoder
+    from .rtl.build import compile_to
 
     ir = load(args.model)
     _print_ir(ir)
-    if ir.vocab is None:
-        return 0
-    stoi = {c: i for i, c in enumerate(ir.vocab)}
-    ids = [stoi[c] for c in args.prompt if c in stoi]
-    limit = ir.config.context or 128
-    for _ in range(args.n):
-        logits = float_forward(ir, torch.tensor([ids[-limit:]]))
-        ids.append(int(logits[0, -1].argmax()))
-    print(f"float greedy sample ({args.n} tokens):\n{''.join(ir.vocab[i] for i in ids)}")
+    print(f"\nquantising ({args.quant}) ...", flush=True)
+    qm = quantize(ir, args.quant)
+    print(f"  {qm.n_weights:,} weights at {qm.avg_weight_bits:.2f} bits: {qm.weight_bits:,} code bits")
+    if ir.vocab is not None:
+        stoi = {c: i for i, c in enumerate(ir.vocab)}
+        prompt = [stoi[c] for c in args.prompt if c in stoi]
+        tokens = ReferenceDecoder(qm).generate(prompt, args.n)
+        print(f"integer reference decoder, greedy, {args.n} tokens:\n{args.prompt}{''.join(ir.vocab[t] for t in tokens)}")
+    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights)
+    print(report.summary())
+    print(f"wrote {args.out}/decoder.v and report.json")
     return 0
 
 
@@ -92,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
     demo.add_argument("--prompt", default="ROMEO:", help="prompt text")
     demo.add_argument("-n", type=int, default=64, help="tokens to generate")
+    demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8")
+    demo.add_argument("--lanes", type=int, default=16)
+    demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
+    demo.add_argument("-o", "--out", type=Path, default=Path("build/demo"), help="build folder (default build/demo)")
     demo.set_defaults(func=cmd_demo)
     return parser
 
