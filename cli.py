@@ -46,7 +46,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         prompt = [stoi[c] for c in args.prompt if c in stoi]
         tokens = ReferenceDecoder(qm).generate(prompt, args.n)
         print(f"integer reference decoder, greedy, {args.n} tokens:\n{args.prompt}{''.join(ir.vocab[t] for t in tokens)}")
-    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights)
+    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights, vocab=ir.vocab)
     print(report.summary())
     print(f"wrote {args.out}/decoder.v and report.json")
     return 0
@@ -63,10 +63,47 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
     print(f"quantising ({args.quant}) ...", flush=True)
     qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
-    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights)
+    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights, vocab=ir.vocab)
     print(report.summary())
     print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
     return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    """Run the generated Verilog under cocotb + Verilator and compare every token with the reference."""
+    import json
+
+    from .sim.runner import simulate
+
+    vocab_file = args.build / "vocab.json"
+    vocab = json.loads(vocab_file.read_text()) if vocab_file.exists() else None
+    if args.prompt_ids is not None:
+        prompt = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    elif vocab is not None:
+        stoi = {c: i for i, c in enumerate(vocab)}
+        missing = sorted({c for c in args.prompt if c not in stoi})
+        if missing:
+            print(f"hardwire: error: the prompt has characters outside the model's vocabulary: {missing}", file=sys.stderr)
+            return 2
+        prompt = [stoi[c] for c in args.prompt]
+    else:
+        print("hardwire: error: this build has no vocabulary (vocab.json); pass --prompt-ids 1,2,3", file=sys.stderr)
+        return 2
+    if not prompt:
+        print("hardwire: error: the prompt is empty", file=sys.stderr)
+        return 2
+    result = simulate(args.build, prompt, args.n, seed=args.seed)
+    text = "".join(vocab[t] for t in result.tokens) if vocab is not None else ",".join(map(str, result.tokens))
+    generated = result.cycles[len(prompt) - 1:]
+    per_token = sum(generated) / len(generated)
+    print(f"generated: {text}")
+    print(f"cycles per token: {per_token:,.0f} (mean over the {len(generated)} generated tokens)")
+    (args.build / "sim.json").write_text(json.dumps({
+        "tokens": result.tokens, "reference_tokens": result.reference_tokens, "match": result.match,
+        "cycles_per_token": per_token, "cycles": result.cycles}, indent=1) + "\n")
+    print("PASS: every token equals the integer reference" if result.match else
+          f"FAIL: reference decodes {result.reference_tokens}")
+    return 0 if result.match else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")
     comp.add_argument("-o", "--out", type=Path, required=True, help="build folder")
     comp.set_defaults(func=cmd_compile)
+
+    sim = sub.add_parser("sim", help="simulate the Verilog with cocotb + Verilator, token-exact check",
+                         description=cmd_sim.__doc__)
+    sim.add_argument("build", type=Path, help="build folder from `hardwire compile`")
+    sim.add_argument("--prompt", default="ROMEO:", help="prompt text (character models)")
+    sim.add_argument("--prompt-ids", default=None, help="prompt as comma-separated token ids")
+    sim.add_argument("-n", type=int, default=16, help="tokens to generate")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the testbench's random traffic")
+    sim.set_defaults(func=cmd_sim)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")

@@ -84,8 +84,8 @@ class BuildReport:
 
 
 def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, position: int | None = None,
-               progress: bool = True) -> BuildReport:
-    """Write out/decoder.v, out/qmodel.{npz,json} and out/report.json; return the report."""
+               progress: bool = True, vocab: tuple[str, ...] | None = None) -> BuildReport:
+    """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report."""
     out.mkdir(parents=True, exist_ok=True)
     decoder = Decoder(qm, lanes=lanes, storage=storage)
     start = time.time()
@@ -95,6 +95,8 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, position: int
     elapsed = time.time() - start
     (out / "decoder.v").write_text(text)
     qm.save(out)
+    if vocab is not None:  # lets `hardwire sim --prompt TEXT` encode text for a character model
+        (out / "vocab.json").write_text(json.dumps(list(vocab)) + "\n")
     position = qm.context // 2 if position is None else position
     cfg = qm.config
     macs = macs_per_token(qm, position)
