@@ -93,7 +93,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print("hardwire: error: the prompt is empty", file=sys.stderr)
         return 2
     result = simulate(args.build, prompt, args.n, seed=args.seed)
-    text = "".join(vocab[t] for t in result.tokens) if vocab is not None else ",".join(map(str, result.tokens))
+    if vocab is not None:
+        text = args.prompt + "".join(vocab[t] for t in result.tokens) if args.prompt_ids is None else \
+            "".join(vocab[t] for t in prompt + result.tokens)
+    else:
+        text = ",".join(map(str, result.tokens))
     generated = result.cycles[len(prompt) - 1:]
     per_token = sum(generated) / len(generated)
     print(f"generated: {text}")
