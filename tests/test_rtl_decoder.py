@@ -81,3 +81,47 @@ def test_decoder_rejects_lanes_it_cannot_use():
     with pytest.raises(ValueError, match=r"^lanes 16 must divide the head width 8: the attention products read whole "
                                          r"heads; accepted lanes for this model: 1, 2, 4, 8$"):
         Decoder(qm, lanes=16)
+
+
+def test_new_sequence_full_context_and_bad_token():
+    """new_seq empties the cache; a full context or an out-of-range id sets its flag and yields no token."""
+    qm = _qmodel("llama", "int8")
+    dut = Decoder(qm, lanes=4, storage="rom")
+    seen: dict[str, object] = {}
+
+    async def testbench(ctx):
+        async def offer(token: int, new_seq: bool) -> int | None:
+            ctx.set(dut.tokens.payload, {"token": token, "new_seq": new_seq})
+            ctx.set(dut.tokens.valid, 1)
+            await ctx.tick().until(dut.tokens.ready)
+            ctx.set(dut.tokens.valid, 0)
+            ctx.set(dut.out.ready, 1)
+            for _ in range(20_000):
+                _, _, valid, payload, busy = await ctx.tick().sample(dut.out.valid, dut.out.payload, dut.status.busy)
+                if valid:
+                    ctx.set(dut.out.ready, 0)
+                    return int(payload)
+                if not busy:
+                    ctx.set(dut.out.ready, 0)
+                    return None
+            raise AssertionError("decoder hung")
+
+        first = [await offer(t, i == 0) for i, t in enumerate([4, 9, 2])]
+        again = [await offer(t, i == 0) for i, t in enumerate([4, 9, 2])]  # a new sequence: same tokens
+        seen["sequences"] = (first, again)
+        seen["bad"] = await offer(qm.config.vocab_size, False)
+        seen["bad_flag"] = ctx.get(dut.status.bad_token)
+        for _ in range(qm.context - 3):
+            await offer(1, False)
+        seen["full"] = await offer(1, False)
+        seen["full_flag"] = ctx.get(dut.status.context_full)
+        seen["position"] = ctx.get(dut.status.position)
+        seen["after_reset"] = await offer(4, True)
+        seen["flags_after_reset"] = (ctx.get(dut.status.context_full), ctx.get(dut.status.bad_token))
+
+    run(dut, testbench, deadline_cycles=400_000)
+    first, again = seen["sequences"]
+    assert first == again == reference_outputs(qm, [(4, True), (9, False), (2, False)], 0)
+    assert seen["bad"] is None and seen["bad_flag"] == 1
+    assert seen["full"] is None and seen["full_flag"] == 1 and seen["position"] == qm.context
+    assert seen["after_reset"] == first[0] and seen["flags_after_reset"] == (0, 0)
