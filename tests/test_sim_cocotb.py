@@ -31,3 +31,13 @@ def test_cli_sim_writes_sim_json(tmp_path, capsys):
     assert "PASS: every token equals the integer reference" in out and "cycles per token:" in out
     saved = json.loads((tmp_path / "sim.json").read_text())
     assert saved["match"] and saved["tokens"] == saved["reference_tokens"] and saved["cycles_per_token"] > 0
+
+
+def test_cli_sim_writes_a_waveform(tmp_path, capsys):
+    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, context=8, layers=2), "int8", context=8)
+    compile_to(qm, tmp_path, lanes=4, storage="rom", progress=False)
+    assert main(["sim", str(tmp_path), "--prompt-ids", "3", "-n", "2", "--wave", str(tmp_path / "run.vcd")]) == 0
+    assert "$enddefinitions" in (tmp_path / "run.vcd").read_text()
+    assert "PASS" in capsys.readouterr().out
+    assert main(["sim", str(tmp_path), "--prompt-ids", "3", "--wave", str(tmp_path / "run.fst")]) == 2
+    assert "FST waveforms are not supported" in capsys.readouterr().err
