@@ -50,6 +50,9 @@ def cycles_per_token_estimate(qm: QModel, lanes: int, position: int) -> int:
         total += (cfg.n_heads + cfg.n_kv_heads) * hd + 8 if cfg.positions == "rope" else (cfg.n_heads + cfg.n_kv_heads) * hd + 4
         per_head = matvec(n, hd) + (3 * n + 21 + 3) + matvec(hd, n)
         total += cfg.n_heads * per_head
+        if qm.lora.rank:  # each adapted projection first runs LoRA A: rank rows over its inputs
+            total += sum(matvec(qm.lora.rank, getattr(layer, site).codes.shape[1]) for site in qm.lora.sites
+                         if getattr(layer, site) is not None)
     total += norm + matvec(*qm.head.codes.shape) + 4
     return total
 

@@ -6,6 +6,11 @@ token, projections and attention alike, runs through one MacArray of `lanes` lan
 by a single address generator. The schedule is fixed at compile time: a Python loop over
 the QModel unrolls it into the states of one FSM (no run-time scheduling, as in TileRT).
 docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
+LoRA adapters (numerics §9) live in writable SRAM loaded through the `lora` port between
+tokens (rtl/lora_map.py); an adapted projection first runs A over its input (rank rows)
+into sixteen-bit registers, then adds B t to each output row before its saturation. The
+rescaled row is clamped to int32 before that sum (the reference keeps it unclamped): the
+result differs only where a projection output alone already exceeds int32.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from ..quant.qmodel import QLinear, QModel
 from .activation import Glu, TableLookup
 from .argmax import Argmax
+from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormUnit
 from .rescale import Rescale
@@ -27,6 +33,15 @@ from .weight_store import WeightStore
 
 ACT_BITS = 17  # MAC activations: int8 and int16 values, and Q15 probabilities up to 32768
 KV_BITS = 8
+MAX_LORA_RANK = 64  # LoRA B t: one multiplier per rank, all in the epilogue
+
+
+class _Start(list):
+    """The statements that start a matrix-vector product, and what they start (for LoRA)."""
+
+    def __init__(self, stmts: list, tensor: object, chunks: object, src: Source) -> None:
+        super().__init__(stmts)
+        self.tensor, self.chunks, self.src = tensor, chunks, src
 
 
 class Mode(enum.Enum, shape=4):
@@ -41,6 +56,7 @@ class Mode(enum.Enum, shape=4):
     SCORES = 6  # int32 scores -> softmax
     PV = 7  # attention output int8 -> activation buffer
     LOGITS = 8  # int32 -> argmax
+    LORA_A = 9  # LoRA A a, rescaled to int16 -> the t16 registers
 
 
 class Source(enum.Enum, shape=3):
@@ -73,6 +89,12 @@ def _check(qm: QModel, lanes: int, storage: str) -> None:
                          f"{', '.join(str(1 << k) for k in range(7) if cfg.head_dim % (1 << k) == 0)}")
     if qm.scheme == "mxfp4" and 32 % lanes:
         raise ValueError(f"MXFP4 needs lanes dividing its 32-element blocks, got {lanes}")
+    if qm.lora.rank > MAX_LORA_RANK and qm.lora.sites:
+        raise ValueError(f"LoRA rank {qm.lora.rank} is more than the {MAX_LORA_RANK} products the epilogue forms per "
+                         f"output row (B t); quantize with a rank of at most {MAX_LORA_RANK}")
+    for site in qm.lora.sites:
+        if qm.lora.rank and any(getattr(layer, site, None) is None for layer in qm.layers):
+            raise ValueError(f"LoRA site {site!r} is not a projection of every layer of this model")
 
 
 class Decoder(wiring.Component):
@@ -91,6 +113,8 @@ class Decoder(wiring.Component):
             "tokens": In(stream.Signature(token_layout(cfg.vocab_size))),
             "out": Out(stream.Signature(unsigned(self.token_bits))),
             "status": Out(status_layout()),
+            "lora": In(stream.Signature(data.StructLayout({"addr": unsigned(lora_addr_bits(qm)),
+                                                           "data": unsigned(16)}))),
         })
 
     # -- static facts of the schedule -----------------------------------------------------
@@ -189,8 +213,9 @@ class Decoder(wiring.Component):
         # -- control registers ---------------------------------------------------------------------
         token = Signal(self.token_bits)
         position = Signal(range(ctx + 1))
-        layer_sel = Signal(range(cfg.n_layers))
-        head = Signal(range(cfg.n_heads))
+        # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
+        layer_sel = Signal(range(max(2, cfg.n_layers)))
+        head = Signal(range(max(2, cfg.n_heads)))
         busy, context_full, bad_token = Signal(), Signal(), Signal()
         tokens_done, cycles = Signal(32), Signal(32)
         m.d.sync += cycles.eq(cycles + 1)
@@ -198,10 +223,66 @@ class Decoder(wiring.Component):
                      self.status.position.eq(position), self.status.busy.eq(busy),
                      self.status.context_full.eq(context_full), self.status.bad_token.eq(bad_token)]
 
+        # -- LoRA adapters: A and B in writable SRAM, scales in registers, loaded between tokens -------
+        # (address map: rtl/lora_map.py; what they compute: docs/numerics.md §9)
+        slots = lora_address_map(qm)
+        rank = qm.lora.rank if slots else 0
+        lora_sel = Signal(range(max(2, len(slots))))  # the slot of the projection running now
+        lora_on = Signal()  # this projection adds its LoRA term
+        t16 = Signal(data.ArrayLayout(signed(16), max(1, rank)))  # rescale(A a): the rank values of this slot
+        a_rd, b_rd, lora_regs = [], [], []
+        m.d.comb += self.lora.ready.eq(~busy)  # writes only between tokens; the host waits while busy
+        lora_we = Signal()
+        m.d.comb += lora_we.eq(self.lora.valid & self.lora.ready)
+        laddr, ldata = self.lora.payload.addr, self.lora.payload.data
+        lane_bits = (lanes - 1).bit_length()
+
+        def split(value: object, bits: int) -> tuple[object, object]:
+            return (value[:bits] if bits else Const(0, 1)), value[bits:]
+
+        for n, slot in enumerate(slots):
+            c_in = self.chunks(slot.in_features)
+            a_mem = Memory(shape=data.ArrayLayout(signed(8), lanes), depth=rank * c_in, init=[])
+            b_mem = Memory(shape=data.ArrayLayout(signed(8), rank), depth=slot.out_features, init=[])
+            m.submodules[f"lora_a{n}"], m.submodules[f"lora_b{n}"] = a_mem, b_mem
+            self.memories[f"lora_a{n}"], self.memories[f"lora_b{n}"] = a_mem, b_mem
+            a_rd.append(a_mem.read_port())
+            b_rd.append(b_mem.read_port(domain="comb"))
+            a_wr, b_wr = a_mem.write_port(granularity=1), b_mem.write_port(granularity=1)
+            # A[j, k] at a_base + j * a_stride + k -> word j * c_in + k // lanes, lane k % lanes
+            a_off = Signal(range(rank * slot.a_stride), name=f"lora{n}_a_off")
+            m.d.comb += a_off.eq(laddr - slot.a_base)
+            k, j = split(a_off, (slot.a_stride - 1).bit_length())
+            a_hit = Signal(name=f"lora{n}_a_hit")
+            a_in = (laddr < slot.b_base) if slot.a_base == 0 else (laddr >= slot.a_base) & (laddr < slot.b_base)
+            if slot.in_features < slot.a_stride:  # padding addresses: ignored (constant compares upset lint)
+                a_in &= k < slot.in_features
+            m.d.comb += a_hit.eq(lora_we & a_in)
+            lane, word_in_row = split(k, lane_bits)
+            m.d.comb += [a_wr.addr.eq(j * c_in + word_in_row), a_wr.en.eq(Mux(a_hit, 1 << lane, 0))]
+            m.d.comb += [a_wr.data[e].eq(ldata[:8]) for e in range(lanes)]
+            # B[o, j] at b_base + o * b_stride + j -> word o, element j
+            b_off = Signal(range(slot.out_features * slot.b_stride), name=f"lora{n}_b_off")
+            m.d.comb += b_off.eq(laddr - slot.b_base)
+            jb, o = split(b_off, (slot.b_stride - 1).bit_length())
+            b_hit = Signal(name=f"lora{n}_b_hit")
+            b_in = (laddr >= slot.b_base) & (laddr < slot.reg_base)
+            if rank < slot.b_stride:
+                b_in &= jb < rank
+            m.d.comb += b_hit.eq(lora_we & b_in)
+            m.d.comb += [b_wr.addr.eq(o), b_wr.en.eq(Mux(b_hit, 1 << jb, 0))]
+            m.d.comb += [b_wr.data[e].eq(ldata[:8]) for e in range(rank)]
+            regs = {}
+            for r_index, (r_name, r_init) in enumerate(RESET.items()):
+                regs[r_name] = reg = Signal(15 if r_name.endswith("mult") else 6, init=r_init, name=f"lora{n}_{r_name}")
+                with m.If(lora_we & (laddr == slot.reg_base + r_index)):
+                    m.d.sync += reg.eq(ldata[:len(reg)])
+            lora_regs.append(regs)
+
         # -- the matrix-vector engine: one address generator for every MAC ---------------------------
         mv_start = Signal()  # one-cycle pulse, set by the schedule with the mv_* registers below
         m.d.sync += mv_start.eq(0)
-        mv_tensor = Signal(range(max(1, len(linears))))
+        mv_tensor = Signal(range(max(2, len(linears))))
         mv_mode = Signal(Mode)
         mv_src = Signal(Source)
         mv_attn = Signal()  # codes from the K / V cache instead of a weight store
@@ -224,7 +305,7 @@ class Decoder(wiring.Component):
             m.d.comb += [store.addr.eq(code_addr), store.en.eq(advance)]
         for port in rd.values():
             m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
-        for port in k_rd + v_rd:
+        for port in k_rd + v_rd + a_rd:
             m.d.comb += [port.addr.eq(code_addr), port.en.eq(advance)]
         with m.If(mv_start):
             m.d.sync += [issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(mv_code_base)]
@@ -248,6 +329,10 @@ class Decoder(wiring.Component):
                         m.d.comb += [codes_sel[j].eq(k_rd[i].data[j]) for j in range(lanes)]
                     with m.Else():
                         m.d.comb += [codes_sel[j].eq(v_rd[i].data[j]) for j in range(lanes)]
+        with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):  # A of the slot: int8 codes, no block shift
+            for n, port in enumerate(a_rd):
+                with m.Case(n):
+                    m.d.comb += [codes_sel[j].eq(port.data[j]) for j in range(lanes)]
         with m.Else(), m.Switch(mv_tensor):
             for index, store in enumerate(stores.values()):
                 with m.Case(index):
@@ -273,6 +358,10 @@ class Decoder(wiring.Component):
             m.d.comb += [mult.eq(1 << 14), shift.eq(14)]  # identity: scores pass unchanged
         with m.Elif(mv_mode == Mode.PV):
             m.d.comb += [mult.eq(att_mult), shift.eq(att_shift)]
+        with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):
+            for n, regs in enumerate(lora_regs):
+                with m.Case(n):
+                    m.d.comb += [mult.eq(regs["a_mult"]), shift.eq(regs["a_shift"])]
         with m.Else(), m.Switch(mv_tensor):
             for index, name in enumerate(linears):
                 with m.Case(index):
@@ -287,11 +376,30 @@ class Decoder(wiring.Component):
         with m.If(mv_start):
             m.d.sync += [row_in.eq(0), row_out.eq(0)]
 
-        y = rescale.o.payload
+        y = rescale.o.payload  # rescale(acc), clamped to int32 (the reference leaves it unsaturated)
+        # LoRA: delta = round_shift((B t16)[row] * b_mult, b_shift), added before the output saturation
+        delta = Signal(signed(66))
+        if slots:
+            b_word = Signal(data.ArrayLayout(signed(8), rank))
+            b_mult, b_shift = Signal(15), Signal(6)
+            for port in b_rd:
+                m.d.comb += port.addr.eq(row_out)
+            with m.Switch(lora_sel):
+                for n, (port, regs) in enumerate(zip(b_rd, lora_regs, strict=True)):
+                    with m.Case(n):
+                        m.d.comb += [b_word.eq(port.data), b_mult.eq(regs["b_mult"]), b_shift.eq(regs["b_shift"])]
+            low = Signal(signed(8 + 16 + rank.bit_length() + 1))
+            m.d.comb += low.eq(sum(b_word[j] * t16[j] for j in range(rank)))
+            product = Signal(signed(len(low) + 16))
+            m.d.comb += product.eq(low * b_mult)
+            half = Mux(b_shift == 0, 0, Const(1, 1) << (b_shift - 1)[:6])
+            m.d.comb += delta.eq(Mux(lora_on, (product + half) >> b_shift, 0))
+        y_sum = Signal(signed(68))
+        m.d.comb += y_sum.eq(y + delta)
         y8 = Signal(signed(8))
         y16 = Signal(signed(16))
-        m.d.comb += [y8.eq(Mux(y > 127, 127, Mux(y < -128, -128, y))),
-                     y16.eq(Mux(y > 32767, 32767, Mux(y < -32768, -32768, y)))]
+        m.d.comb += [y8.eq(Mux(y_sum > 127, 127, Mux(y_sum < -128, -128, y_sum))),
+                     y16.eq(Mux(y_sum > 32767, 32767, Mux(y_sum < -32768, -32768, y_sum)))]
         dest_ready = Signal()
         m.d.comb += rescale.o.ready.eq(dest_ready)
         took = Signal()
@@ -338,6 +446,12 @@ class Decoder(wiring.Component):
                              wr["act"].addr.eq(element // lanes),
                              wr["act"].en.eq(Mux(took, 1 << (element % lanes), 0))]
                 m.d.comb += [wr["act"].data[j].eq(y8) for j in range(lanes)]
+            with m.Case(Mode.LORA_A):
+                m.d.comb += dest_ready.eq(1)
+                with m.If(took), m.Switch(row_out):
+                    for j in range(rank):
+                        with m.Case(j):
+                            m.d.sync += t16[j].eq(y16)
             with m.Case(Mode.LOGITS):
                 m.d.comb += [argmax.i.valid.eq(rescale.o.valid), dest_ready.eq(argmax.i.ready),
                              argmax.i.payload.value.eq(y), argmax.i.payload.last.eq(row_out == mv_rows - 1)]
@@ -367,14 +481,14 @@ class Decoder(wiring.Component):
                      code_base: object = 0, stride: int | None = None, act_base: object = 0) -> list:
             stmts = [mv_start.eq(1), mv_mode.eq(mode), mv_src.eq(src), mv_rows.eq(rows), mv_chunks.eq(chunks),
                      mv_code_base.eq(code_base), mv_row_stride.eq(chunks if stride is None else stride),
-                     mv_act_base.eq(act_base), mv_attn.eq(isinstance(name_or_mode, Mode))]
+                     mv_act_base.eq(act_base), mv_attn.eq(name_or_mode in (Mode.SCORES, Mode.PV)), lora_on.eq(0)]
             if isinstance(name_or_mode, str):
                 stmts.append(mv_tensor.eq(list(linears).index(name_or_mode)))
-            return stmts
+            return _Start(stmts, name_or_mode, chunks, src)
 
         # norm feeding: residual element i into the selected norm unit, outputs into act
         n_in, n_out = Signal(range(d + 1)), Signal(range(d + 1))
-        norm_sel = Signal(range(len(norms)))
+        norm_sel = Signal(range(max(2, len(norms))))
         norm_names = list(norms)
         norm_done = Signal()
         norm_running = Signal()
@@ -397,7 +511,7 @@ class Decoder(wiring.Component):
         rope_running = Signal()
         half = hd // 2
         if rope is not None:
-            hi, ii = Signal(range(cfg.n_heads)), Signal(range(half))
+            hi, ii = Signal(range(max(2, cfg.n_heads))), Signal(range(max(2, half)))
             m.d.comb += [hi.eq(pair_in // half), ii.eq(pair_in % half),
                          raw_rd1.addr.eq(hi * hd + ii), raw_rd2.addr.eq(hi * hd + ii + half),
                          rope.i.valid.eq(rope_running & (pair_in < rope_pairs)), rope.i.payload.x1.eq(raw_rd1.data),
@@ -405,7 +519,7 @@ class Decoder(wiring.Component):
             with m.If(rope.i.valid & rope.i.ready):
                 m.d.sync += pair_in.eq(pair_in + 1)
             # each result is two elements, hd/2 apart: write y1 now, y2 from a holding register next cycle
-            ho, io = Signal(range(cfg.n_heads)), Signal(range(half))
+            ho, io = Signal(range(max(2, cfg.n_heads))), Signal(range(max(2, half)))
             second, second_el, second_val = Signal(), Signal(range(qdim)), Signal(signed(8))
             write_el, write_val, write_en = Signal(range(qdim)), Signal(signed(8)), Signal()
             m.d.comb += [ho.eq(pair_out // half), io.eq(pair_out % half), rope.o.ready.eq(~second)]
@@ -462,7 +576,18 @@ class Decoder(wiring.Component):
                         m.next = nxt
                     m.d.comb += resid_rd.addr.eq(n_in)
 
-            def mv_state(name: str, nxt: str, start: list) -> None:
+            slot_of = {f"layers.{s.layer}.{s.site}": n for n, s in enumerate(slots)}
+
+            def mv_state(name: str, nxt: str, start: _Start) -> None:
+                if start.tensor in slot_of:  # adapted: first t16 = rescale(A a), then the projection plus B t16
+                    with m.State(name):
+                        m.d.sync += [*start_mv(Mode.LORA_A, rows=rank, chunks=start.chunks, mode=Mode.LORA_A,
+                                               src=start.src), lora_sel.eq(slot_of[start.tensor])]
+                        m.next = name + "_LORA_A_WAIT"
+                    with m.State(name + "_LORA_A_WAIT"), m.If(mv_done):
+                        m.next = name + "_MAIN"
+                    name = name + "_MAIN"
+                    start = _Start([*start, lora_on.eq(1)], start.tensor, start.chunks, start.src)
                 with m.State(name):
                     m.d.sync += start
                     m.next = name + "_WAIT"

@@ -31,6 +31,7 @@ class DecoderTB:
         cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
         self.dut.tokens__valid.value = 0
         self.dut.out__ready.value = 0
+        self.dut.lora__valid.value = 0  # no LoRA writes: the zero adapters of reset
         self.dut.rst.value = 1
         for _ in range(3):
             await RisingEdge(self.dut.clk)

@@ -33,6 +33,15 @@ def test_compile_lints_clean_and_reports(tmp_path, family, scheme, storage):
     assert saved["weight_bits"] == qm.weight_bits
 
 
+@needs_verilator
+def test_one_layer_one_head_model_lints_clean(tmp_path):
+    """Selectors over one layer or one head must not become zero-width ([-1:0]) Verilog vectors."""
+    qm = quantize(random_ir(d=16, heads=1, kv_heads=1, ffn=24, context=8, layers=1), "int8", context=8)
+    compile_to(qm, tmp_path, lanes=4, storage="rom", progress=False)
+    result = lint(tmp_path / "decoder.v", TOP_NAME)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_compiles_are_byte_identical(tmp_path):
     qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, context=8, layers=1), "int8", context=8)
     compile_to(qm, tmp_path / "a", lanes=4, storage="rom", progress=False)
