@@ -13,11 +13,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .ir import Linear, ModelIR, Norm
+from .ir import Layer, Linear, ModelConfig, ModelIR, Norm
 
 
-def _t(array: np.ndarray | None) -> torch.Tensor | None:
-    return None if array is None else torch.from_numpy(np.array(array, dtype=np.float32))
+def _t(array: np.ndarray | torch.Tensor | None) -> torch.Tensor | None:
+    if array is None or isinstance(array, torch.Tensor):  # weights already in torch (the KV-cached decoder's copy)
+        return array
+    return torch.from_numpy(np.array(array, dtype=np.float32))
 
 
 def _linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
@@ -55,6 +57,31 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """q (b, h, t, hd), k/v (b, kvh, T, hd), mask (t, T) of allowed keys -> (b, t, h * hd)."""
+    b, _, t, _ = q.shape
+    group = cfg.n_heads // cfg.n_kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, T, hd)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, T)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    y = scores.softmax(-1) @ v  # (b, h, t, hd)
+    return y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
+
+
+def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: int) -> torch.Tensor:
+    """The MLP of block i on the normed residual h: its contribution to the residual."""
+    up = _linear(h, layer.up)
+    observe(f"layers.{i}.up", up)
+    if cfg.activation == "silu_glu":
+        gate = _linear(h, layer.gate)
+        observe(f"layers.{i}.gate", gate)
+        inner = F.silu(gate) * up
+    else:
+        inner = F.gelu(up, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
+    observe(f"layers.{i}.hidden", inner)
+    return _linear(inner, layer.down)
+
+
 @torch.no_grad()
 def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore) -> torch.Tensor:
     """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32.
@@ -84,26 +111,12 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore) -
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             observe(f"layers.{i}.q", q)
             observe(f"layers.{i}.k", k)
-        group = cfg.n_heads // cfg.n_kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, t, hd)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, t)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        y = scores.softmax(-1) @ v  # (b, h, t, hd)
-        y = y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
+        y = _attend(q, k, v, mask, cfg)
         observe(f"layers.{i}.attn_out", y)
         x = x + _linear(y, layer.o)
         observe("residual", x)
         h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm")
-        up = _linear(h, layer.up)
-        observe(f"layers.{i}.up", up)
-        if cfg.activation == "silu_glu":
-            gate = _linear(h, layer.gate)
-            observe(f"layers.{i}.gate", gate)
-            inner = F.silu(gate) * up
-        else:
-            inner = F.gelu(up, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
-        observe(f"layers.{i}.hidden", inner)
-        x = x + _linear(inner, layer.down)
+        x = x + _mlp(h, layer, cfg, observe, i)
         observe("residual", x)
     logits = _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm"), ir.head)
     observe("logits", logits)
