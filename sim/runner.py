@@ -82,7 +82,9 @@ class SimResult:
         return sum(self.macs) / (self.lanes * sum(self.cycles))
 
 
-def _simulator_env(simulator: str, optimise: bool) -> None:
+def prepare_simulator(simulator: str, optimise: bool = True) -> None:
+    """Put the chosen simulator where cocotb's runner finds it (this process's environment), or
+    raise a clear error; every cocotb flow (decoder, board UART) goes through here."""
     if simulator not in SIMULATORS:
         raise ValueError(f"unknown simulator {simulator!r}; accepted: {', '.join(SIMULATORS)}")
     if simulator == "icarus":
@@ -112,7 +114,7 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
                          "which hardwire does not install; write a VCD instead (--wave run.vcd)")
     if wave is not None and Path(wave).suffix != ".vcd":
         raise ValueError(f"waveform file must end in .vcd, got {wave}")
-    _simulator_env(simulator, optimise)
+    prepare_simulator(simulator, optimise)
     from cocotb_tools.runner import get_runner
 
     build = Path(build).resolve()
