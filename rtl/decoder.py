@@ -377,23 +377,42 @@ class Decoder(wiring.Component):
             m.d.sync += [row_in.eq(0), row_out.eq(0)]
 
         y = rescale.o.payload  # rescale(acc), clamped to int32 (the reference leaves it unsaturated)
-        # LoRA: delta = round_shift((B t16)[row] * b_mult, b_shift), added before the output saturation
+        # LoRA: delta = round_shift((B t16)[row] * b_mult, b_shift), added before the output saturation.
+        # Rows leave in order, so the delta of each is prefetched through two registers (B t16, then
+        # the scaled and shifted delta) ahead of its row: the B read, the rank products, the multiply
+        # by b_mult and the shift are then off the epilogue's path (they limited Fmax to 16 MHz on ECP5).
         delta = Signal(signed(66))
         if slots:
             b_word = Signal(data.ArrayLayout(signed(8), rank))
             b_mult, b_shift = Signal(15), Signal(6)
+            prefetch_row = Signal.like(row_out)  # the next row whose B t16 is formed
             for port in b_rd:
-                m.d.comb += port.addr.eq(row_out)
+                m.d.comb += port.addr.eq(prefetch_row)
             with m.Switch(lora_sel):
                 for n, (port, regs) in enumerate(zip(b_rd, lora_regs, strict=True)):
                     with m.Case(n):
                         m.d.comb += [b_word.eq(port.data), b_mult.eq(regs["b_mult"]), b_shift.eq(regs["b_shift"])]
             low = Signal(signed(8 + 16 + rank.bit_length() + 1))
             m.d.comb += low.eq(sum(b_word[j] * t16[j] for j in range(rank)))
+            low_reg, low_full = Signal.like(low), Signal()  # stage 1: B t16 of row prefetch_row - 1
+            delta_reg, delta_full = Signal.like(delta), Signal()  # stage 2: the delta of row row_out
             product = Signal(signed(len(low) + 16))
-            m.d.comb += product.eq(low * b_mult)
+            m.d.comb += product.eq(low_reg * b_mult)
             half = Mux(b_shift == 0, 0, Const(1, 1) << (b_shift - 1)[:6])
-            m.d.comb += delta.eq(Mux(lora_on, (product + half) >> b_shift, 0))
+            consumed = Signal()
+            m.d.comb += consumed.eq(rescale.o.valid & rescale.o.ready)
+            move = Signal()
+            m.d.comb += move.eq(low_full & (~delta_full | consumed))
+            with m.If(mv_start):  # t16, lora_sel and the B scales are final when a projection starts
+                m.d.sync += [prefetch_row.eq(0), low_full.eq(0), delta_full.eq(0)]
+            with m.Else():
+                with m.If(move):
+                    m.d.sync += [delta_reg.eq((product + half) >> b_shift), delta_full.eq(1)]
+                with m.Elif(consumed):
+                    m.d.sync += delta_full.eq(0)
+                with m.If(~low_full | move):
+                    m.d.sync += [low_reg.eq(low), low_full.eq(1), prefetch_row.eq(prefetch_row + 1)]
+            m.d.comb += delta.eq(Mux(lora_on, delta_reg, 0))
         y_sum = Signal(signed(68))
         m.d.comb += y_sum.eq(y + delta)
         y8 = Signal(signed(8))
