@@ -29,27 +29,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The flow on the bundled model as far as it exists today: import and proof, quantisation,
-    integer reference decoding of a prompt, Verilog generation with its report."""
-    from .frontend import load
-    from .quant.quantize import quantize
-    from .quant.reference import ReferenceDecoder
-    from .rtl.build import compile_to
+    """The whole path on the bundled model: import and proof, quantisation, Verilog, cocotb token-exact
+    simulation of a prompt, a ULX3S-85F bitstream, and a summary table."""
+    from .demo import DemoOptions, run_demo
 
-    ir = load(args.model)
-    _print_ir(ir)
-    print(f"\nquantising ({args.quant}) ...", flush=True)
-    qm = quantize(ir, args.quant)
-    print(f"  {qm.n_weights:,} weights at {qm.avg_weight_bits:.2f} bits: {qm.weight_bits:,} code bits")
-    if ir.vocab is not None:
-        stoi = {c: i for i, c in enumerate(ir.vocab)}
-        prompt = [stoi[c] for c in args.prompt if c in stoi]
-        tokens = ReferenceDecoder(qm).generate(prompt, args.n)
-        print(f"integer reference decoder, greedy, {args.n} tokens:\n{args.prompt}{''.join(ir.vocab[t] for t in tokens)}")
-    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights, vocab=ir.vocab)
-    print(report.summary())
-    print(f"wrote {args.out}/decoder.v and report.json")
-    return 0
+    return run_demo(DemoOptions(model=args.model, prompt=args.prompt, n=args.n, quant=args.quant, lanes=args.lanes,
+                                weights=args.weights, board=args.board, out=args.out))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -154,10 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
     demo.add_argument("--prompt", default="ROMEO:", help="prompt text")
-    demo.add_argument("-n", type=int, default=64, help="tokens to generate")
-    demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8")
+    demo.add_argument("-n", type=int, default=32, help="tokens to generate in the simulation (default 32)")
+    demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="mixed36",
+                      help="weight scheme (default mixed36: int8 weights do not fit the ULX3S-85F's block RAM)")
     demo.add_argument("--lanes", type=int, default=16)
     demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
+    demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default="ulx3s", help="board for the bitstream")
+    demo.add_argument("--no-board", dest="board", action="store_const", const=None, help="stop after the simulation")
     demo.add_argument("-o", "--out", type=Path, default=Path("build/demo"), help="build folder (default build/demo)")
     demo.set_defaults(func=cmd_demo)
     return parser

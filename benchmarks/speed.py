@@ -1,0 +1,177 @@
+"""Speed and area of the chip against CPU decoding of the same model: the lanes sweep of issue 7.
+
+    .venv/bin/python benchmarks/speed.py [--model M.onnx] [--lanes 4,8,16,32] [--quant int8] [-n 16]
+                                         [--board ulx3s | --no-board] [--no-cpu]
+
+For each lanes setting: compile (time per stage), simulate the Verilog under cocotb +
+Verilator (cycles per token, MAC-lane utilisation, simulated tokens/s, every token checked
+against the integer reference), and with a board, place and route it (LUTs, FFs, BRAM,
+DSP, Fmax) to get tokens/s = Fmax / cycles per token. Then the CPU baseline
+(benchmarks/cpu_baseline.py) on the same model, and the ratio chip / CPU. Also the share of
+the block-RAM bandwidth bound (weight bits per token / (BRAMs on the part × port width):
+the fewest cycles any ROM design could take on that part) and bits and BRAM per parameter.
+Prints a table, writes benchmarks/results/speed.json and, with matplotlib, speed.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT.parent))  # run from a checkout: the root is the hardwire package
+
+from hardwire.cli import BUNDLED_MODEL  # noqa: E402
+from hardwire.frontend import load  # noqa: E402
+from hardwire.quant.quantize import quantize  # noqa: E402
+from hardwire.rtl.build import compile_to  # noqa: E402
+from hardwire.sim.runner import simulate  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+# Block RAM of the parts, for the bandwidth bound: count and the widest read port in bits
+BRAM_PORTS = {"ulx3s": (208, 36), "icebreaker": (30, 16)}  # ECP5-85F DP16KD; iCE40UP5K EBR
+
+
+def sweep_point(ir: object, qm: object, lanes: int, args: argparse.Namespace, log: object) -> dict:
+    """One lanes setting: compile, simulate, and (with a board) place and route."""
+    build = args.build_root / f"lanes{lanes}"
+    start = time.time()
+    report = compile_to(qm, build, lanes=lanes, storage=args.weights, vocab=ir.vocab, progress=False)
+    stages = {"generate_verilog_s": round(time.time() - start, 1)}
+    log(f"  lanes {lanes}: Verilog in {stages['generate_verilog_s']} s; simulating {args.tokens} tokens ...")
+    prompt = [ir.vocab.index(c) for c in args.prompt]
+    sim = simulate(build, prompt, args.tokens, progress=False)
+    if not sim.match:
+        raise SystemExit(f"lanes {lanes}: the Verilog decoded {sim.tokens}, the reference {sim.reference_tokens}")
+    stages |= {"verilator_build_s": sim.build_seconds, "simulation_s": sim.run_seconds}
+    fed = len(sim.cycles)
+    row = {"lanes": lanes, "cycles_per_token": sim.cycles_per_token, "lane_utilisation": sim.lane_utilisation,
+           "lane_bound_cycles": sum(sim.macs[-args.tokens:]) / args.tokens / lanes,
+           "estimate_cycles": report.cycles_per_token_estimate, "simulated_tokens_per_s": fed / sim.run_seconds,
+           "stages": stages, "weight_bits": report.weight_bits, "params": report.params}
+    if args.board:
+        from hardwire.boards.fpga import build_board  # the board flow (issue 6)
+
+        log(f"  lanes {lanes}: place and route for {args.board} ...")
+        start = time.time()
+        fit = build_board(build, args.board, progress=False)
+        stages["place_and_route_s"] = round(time.time() - start, 1)
+        count, width = BRAM_PORTS[args.board]
+        bound = report.weight_bits / (count * width)
+        row |= {"luts": fit["luts"], "ffs": fit["ffs"], "brams": fit["brams"], "dsps": fit["dsps"],
+                "fmax_mhz": fit["fmax_mhz"], "tokens_per_s": fit["fmax_mhz"] * 1e6 / sim.cycles_per_token,
+                "bram_bound_cycles": bound, "bram_bound_share": bound / sim.cycles_per_token,
+                "brams_per_param": fit["brams"] / report.params}
+    row["bits_per_param"] = report.weight_bits / report.params
+    return row
+
+
+def table(result: dict) -> str:
+    lines = [f"hardwire speed, {result['model']} ({result['quant']}, {result['weights']}), {result['date']}, "
+             f"{result['machine']}", "",
+             "| lanes | cycles/token | vs lane bound | MAC-lane utilisation | LUTs | FFs | BRAM | DSP | Fmax MHz | "
+             "tokens/s | BRAM-bandwidth share | sim tokens/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        board = (f"{r['luts']:,} | {r['ffs']:,} | {r['brams']} | {r['dsps']} | {r['fmax_mhz']:.1f} | "
+                 f"{r['tokens_per_s']:,.0f} | {100 * r['bram_bound_share']:.1f}%") if "luts" in r else "— | — | — | — | — | — | —"
+        lines.append(f"| {r['lanes']} | {r['cycles_per_token']:,.0f} | {r['cycles_per_token'] / r['lane_bound_cycles']:.2f}× | "
+                     f"{100 * r['lane_utilisation']:.1f}% | {board} | {r['simulated_tokens_per_s']:.1f} |")
+    lines += ["", "| lanes | generate Verilog s | Verilator build s | simulation s | place and route s |",
+              "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        s = r["stages"]
+        lines.append(f"| {r['lanes']} | {s['generate_verilog_s']} | {s['verilator_build_s']} | {s['simulation_s']} | "
+                     f"{s.get('place_and_route_s', '—')} |")
+    lines.append(f"\nimport {result['stages']['import_s']} s, quantise {result['stages']['quantise_s']} s; "
+                 f"{result['rows'][0]['bits_per_param']:.2f} weight bits per parameter")
+    cpu = result.get("cpu")
+    if cpu:
+        lines.append("\n| CPU decoder (batch 1, KV cache) | tokens/s |\n|---|---|")
+        lines += [f"| {r['name']} | {r['tokens_per_s']:,.0f} |" for r in cpu["rows"] if r.get("tokens_per_s")]
+        best = max((r for r in result["rows"] if "tokens_per_s" in r), key=lambda r: r["tokens_per_s"], default=None)
+        if best:
+            lines.append(f"\nchip at {best['lanes']} lanes: {best['tokens_per_s']:,.0f} tokens/s = "
+                         f"{best['tokens_per_s'] / result['cpu_float_tokens_per_s']:.1f}× the fastest CPU float decode "
+                         f"({result['cpu_float_tokens_per_s']:,.0f} tokens/s)")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in result["rows"] if "tokens_per_s" in r]
+    if not rows:
+        return False
+    lanes = [r["lanes"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(lanes, [r["tokens_per_s"] for r in rows], "o-", label="chip (Fmax / cycles)")
+    if result.get("cpu_float_tokens_per_s"):
+        left.axhline(result["cpu_float_tokens_per_s"], color="grey", ls="--", label="CPU float, KV cache")
+    left.set(xscale="log", yscale="log", xlabel="lanes", ylabel="tokens/s", title="tokens per second")
+    left.set_xticks(lanes, [str(x) for x in lanes])
+    left.legend()
+    right.plot(lanes, [r["luts"] for r in rows], "o-")
+    right.set(xscale="log", xlabel="lanes", ylabel="LUTs", title=f"LUTs ({result['board']})")
+    right.set_xticks(lanes, [str(x) for x in lanes])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=BUNDLED_MODEL)
+    parser.add_argument("--lanes", default="4,8,16,32", help="comma-separated lanes settings")
+    parser.add_argument("--quant", default="mixed36", choices=("int8", "mixed36", "mxfp4", "int4", "int3"))
+    parser.add_argument("--weights", default="rom", choices=("rom", "logic"))
+    parser.add_argument("-n", "--tokens", type=int, default=16, help="tokens generated in each simulation")
+    parser.add_argument("--prompt", default="ROMEO:")
+    parser.add_argument("--board", default="ulx3s", choices=tuple(BRAM_PORTS))
+    parser.add_argument("--no-board", dest="board", action="store_const", const=None, help="skip place and route")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the CPU baseline")
+    parser.add_argument("--build-root", type=Path, default=ROOT / "build" / "speed")
+    parser.add_argument("--out", type=Path, default=RESULTS / "speed.json")
+    args = parser.parse_args()
+
+    def log(s: str) -> None:
+        print(s, flush=True)
+
+    start = time.time()
+    ir = load(args.model)
+    imported = time.time()
+    qm = quantize(ir, args.quant)
+    stages = {"import_s": round(imported - start, 1), "quantise_s": round(time.time() - imported, 1)}
+    log(f"imported in {stages['import_s']} s, quantised ({args.quant}) in {stages['quantise_s']} s")
+    rows = [sweep_point(ir, qm, int(lanes), args, log) for lanes in args.lanes.split(",")]
+    result = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "model": str(args.model.name),
+              "machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores",
+              "quant": args.quant, "weights": args.weights, "board": args.board, "tokens": args.tokens,
+              "stages": stages, "rows": rows}
+    if not args.no_cpu:
+        from cpu_baseline import measure_cpu
+
+        log("CPU baseline ...")
+        cpu = measure_cpu(args.model, 128, threads=1, log=log)
+        result["cpu"] = cpu
+        result["cpu_float_tokens_per_s"] = max(r["tokens_per_s"] for r in cpu["rows"]
+                                               if r.get("tokens_per_s") and r["name"].startswith("float"))
+    print("\n" + table(result))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if plot(result, args.out.with_suffix(".png")):
+        print(f"wrote {args.out.with_suffix('.png')}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
