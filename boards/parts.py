@@ -1,0 +1,290 @@
+"""The two boards' FPGAs as numbers, and the fit check that runs before any tool does.
+
+A model that cannot fit should be refused in a second with the figures that say why, not
+after forty minutes of place and route. The check rebuilds, from the build folder's QModel
+and report.json, the list of memories the Decoder reads synchronously (the only ones
+synthesis puts in block RAM: weight ROMs, KV cache, LoRA A, activation buffers) and counts
+the block RAMs each needs in the best of the part's aspect ratios, the way yosys's memory
+mapper packs them. Memories read combinationally (LoRA B, residual, parameter ROMs) become
+LUT RAM or logic and are counted by synthesis, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..quant.qmodel import QModel
+from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS
+from ..rtl.decoder import ACT_BITS, KV_BITS
+from ..rtl.lora_map import lora_address_map
+from ..rtl.softmax import E_BITS, Z_MAX
+
+
+class FitError(ValueError):
+    """The model needs more of a resource than the board's FPGA has."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One board: its FPGA's resources and its oscillator."""
+
+    board: str  # the --board name: "ulx3s", "icebreaker"
+    title: str  # how people name the board
+    device: str  # the FPGA
+    family: str  # "ecp5" or "ice40": which nextpnr and packer
+    luts: int  # 4-input LUTs
+    ffs: int  # flip-flops
+    bram_blocks: int  # block RAMs that take initial contents (ROMs) and synchronous reads
+    bram_name: str  # the primitive: DP16KD, SB_RAM40_4K
+    bram_shapes: tuple[tuple[int, int], ...]  # (depth, width) aspect ratios of one block
+    dsps: int  # hard multipliers
+    dsp_name: str
+    spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
+    clock_mhz: float  # the board's oscillator
+    bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
+    lutram: bool  # distributed RAM (TRELLIS_DPR16X4, 16 x 4 bits, cost 4) that a small RAM may take instead
+
+    @property
+    def bram_block_bits(self) -> int:
+        return max(depth * width for depth, width in self.bram_shapes)
+
+    @property
+    def bram_bits(self) -> int:
+        return self.bram_blocks * self.bram_block_bits
+
+
+ULX3S_85F = Part(
+    board="ulx3s", title="ULX3S-85F", device="LFE5U-85F", family="ecp5",
+    luts=83_640, ffs=83_640,  # ECP5 family data sheet (FPGA-DS-02012), LFE5U-85: 84K LUTs, one FF per LUT
+    bram_blocks=208, bram_name="DP16KD",  # 208 sysMEM blocks of 18 Kbit = 3,744 Kbit
+    bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
+    dsps=156, dsp_name="MULT18X18D",  # 156 18x18 multipliers
+    spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True)  # the ULX3S's 25 MHz oscillator (clk25)
+
+ICEBREAKER = Part(
+    board="icebreaker", title="iCEBreaker", device="iCE40UP5K", family="ice40",
+    luts=5_280, ffs=5_280,  # iCE40 UltraPlus data sheet (FPGA-DS-02008): 5,280 LUT4s, one FF each
+    bram_blocks=30, bram_name="SB_RAM40_4K",  # 30 EBR of 4 Kbit = 120 Kbit
+    bram_shapes=((2048, 2), (1024, 4), (512, 8), (256, 16)),
+    dsps=8, dsp_name="SB_MAC16",
+    spram_bits=4 * 256 * 1024,  # 4 SPRAM of 256 Kbit: no initial contents, so never a weight ROM
+    clock_mhz=12.0, bram_cost=64, lutram=False)  # the iCEBreaker's 12 MHz oscillator (clk12)
+
+PARTS: dict[str, Part] = {part.board: part for part in (ULX3S_85F, ICEBREAKER)}
+
+
+def part(board: str) -> Part:
+    """The Part for a --board name; a clear error for an unknown one."""
+    if board not in PARTS:
+        raise ValueError(f"unknown board {board!r}; known boards: {', '.join(PARTS)}")
+    return PARTS[board]
+
+
+# yosys memory_libmap's choice (passes/memory/memory_libmap.cc): the cheapest of soft logic (bits x 1/16 for a
+# ROM, x 1 for a RAM, truncated to an integer), LUT RAM and block RAM, where a RAM cell option costs its cells x
+# the library's cell cost, plus 0.5 per bit of read multiplexer and per write-enable demultiplexer output when
+# the depth spans several cells. A memory wins only by a strictly lower cost; on a tie soft logic stays.
+LOGIC_COST_ROM = 1 / 16
+LOGIC_COST_RAM = 1.0
+FACTOR_MUX = 0.5
+LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST = 16, 4, 4  # TRELLIS_DPR16X4 (share/lattice/lutrams_trellis.txt)
+
+
+@dataclass(frozen=True)
+class BlockMemory:
+    """One synchronously read memory: block RAM, unless yosys finds a cheaper home for it."""
+
+    name: str
+    kind: str  # "weights", "tables" (rsqrt, exp), "kv", "lora", "buffers"
+    depth: int
+    width: int
+
+    @property
+    def bits(self) -> int:
+        return self.depth * self.width
+
+    @property
+    def rom(self) -> bool:
+        return self.kind in ("weights", "tables")
+
+    def _option(self, cells_deep: int, cells: int, cell_cost: float) -> float:
+        mux = (cells_deep - 1) * self.width  # read multiplexer across the cells stacked in depth
+        demux = cells_deep if not self.rom and cells_deep > 1 else 0  # write enables, one per stacked cell
+        return cells * cell_cost + FACTOR_MUX * (mux + demux)
+
+    def _block_option(self, part: Part) -> tuple[float, int]:
+        """(cost, blocks) of the cheapest aspect ratio of the part's block RAM."""
+        options = []
+        for depth, width in part.bram_shapes:
+            deep = -(-self.depth // depth)
+            blocks = deep * -(-self.width // width)
+            options.append((self._option(deep, blocks, part.bram_cost), blocks))
+        return min(options)
+
+    def blocks(self, part: Part) -> int:
+        """Block RAMs this memory takes if it goes to block RAM."""
+        return self._block_option(part)[1]
+
+    def in_block_ram(self, part: Part) -> bool:
+        """Whether yosys puts it in block RAM: a shallow buffer or a small table is cheaper in LUTs."""
+        block = self._block_option(part)[0]
+        logic = int(self.bits * (LOGIC_COST_ROM if self.rom else LOGIC_COST_RAM))
+        if block >= logic:
+            return False
+        if part.lutram and not self.rom:  # ROMs never go to LUT RAM (prune_rom)
+            deep = -(-self.depth // LUTRAM_DEPTH)
+            if self._option(deep, deep * -(-self.width // LUTRAM_WIDTH), LUTRAM_COST) <= block:
+                return False
+        return True
+
+
+def block_memories(qm: QModel, *, lanes: int, storage: str) -> list[BlockMemory]:
+    """The Decoder's synchronously read memories, shaped as rtl/decoder.py and rtl/weight_store.py build them."""
+    cfg = qm.config
+
+    def chunks(n: int) -> int:
+        return -(-n // lanes)
+
+    mems: list[BlockMemory] = []
+    if storage == "rom":  # "logic" weights are case tables: gates, not memories
+        tables = [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else []) + list(qm.linears())
+        for name, table in tables:
+            rows, cols = table.codes.shape
+            mems.append(BlockMemory(name, "weights", rows * chunks(cols),
+                                    lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)))
+    for n in range(2 * cfg.n_layers + 1):  # one NormUnit per norm, each with its reciprocal-square-root table
+        mems.append(BlockMemory(f"rsqrt{n}", "tables", 1 << RSQRT_INDEX_BITS, RSQRT_BITS + 1))
+    for i in range(cfg.n_layers):  # one Softmax per layer, each with its exp table
+        mems.append(BlockMemory(f"exp{i}", "tables", Z_MAX + 1, E_BITS))
+    kvdim, qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
+    for i in range(cfg.n_layers):
+        mems.append(BlockMemory(f"kcache{i}", "kv", qm.context * (kvdim // lanes), lanes * KV_BITS))
+        mems.append(BlockMemory(f"vcache{i}", "kv", kvdim * chunks(qm.context), lanes * KV_BITS))  # V transposed
+    for slot in lora_address_map(qm):  # A is read synchronously; B (combinational reads) lands in LUT RAM
+        mems.append(BlockMemory(f"lora_a.{slot.layer}.{slot.site}", "lora", slot.rank * chunks(slot.in_features),
+                                lanes * 8))
+    for name, n in (("act", max(cfg.d_model, qdim)), ("hid", cfg.ffn), ("qrot", qdim), ("probs", qm.context)):
+        mems.append(BlockMemory(name, "buffers", chunks(n), lanes * ACT_BITS))
+    mems.append(BlockMemory("host_link.buffer", "buffers", 512, 8))  # boards/host_link.py: two payload banks
+    return mems
+
+
+@dataclass(frozen=True)
+class FitEstimate:
+    """What a build folder's design needs of one part, before any tool has run."""
+
+    part: Part
+    label: str  # how the message names the design: folder name and scheme
+    scheme: str
+    lanes: int
+    context: int
+    storage: str
+    memories: tuple[BlockMemory, ...]
+
+    @property
+    def in_block_ram(self) -> tuple[BlockMemory, ...]:
+        return tuple(mem for mem in self.memories if mem.in_block_ram(self.part))
+
+    @property
+    def blocks(self) -> int:
+        return sum(mem.blocks(self.part) for mem in self.in_block_ram)
+
+    def bits(self, kind: str | None = None) -> int:
+        """Bits as stored (before rounding to whole blocks) of the memories in block RAM, of one kind or all."""
+        return sum(mem.bits for mem in self.in_block_ram if kind is None or mem.kind == kind)
+
+    @property
+    def block_bits(self) -> int:
+        """Bits of the whole blocks the memories occupy: what is taken from the part."""
+        return self.blocks * self.part.bram_block_bits
+
+    def problems(self) -> list[str]:
+        """One sentence per resource that does not fit; empty when the design fits."""
+        p = self.part
+        if self.blocks <= p.bram_blocks:
+            return []
+        parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
+                          if self.bits(kind))
+        return [f"{self.label} needs {self.block_bits:,} block-RAM bits ({self.blocks:,} {p.bram_name} of "
+                f"{p.bram_block_bits:,} bits for {self.bits():,} bits of memories: {parts}), the {p.title} has "
+                f"{p.bram_bits:,} ({p.bram_blocks} {p.bram_name})"]
+
+    def hint(self) -> str:
+        """What to change: a narrower scheme when weights dominate, a shorter context when the KV cache does."""
+        if self.part.board == "icebreaker":
+            return "the iCEBreaker holds only very small models; try --board ulx3s"
+        hints = []
+        if self.bits("weights") >= self.bits("kv"):
+            hints.append("--quant mixed36 or mxfp4" if self.scheme in ("int8", "int4") else "a smaller model")
+        if self.bits("kv") > self.part.bram_bits // 8:
+            hints.append("a shorter --context")
+        return "try " + ", or ".join(hints or ["a smaller model"])
+
+    def check(self) -> None:
+        """Raise FitError naming every resource that does not fit, with needed against available."""
+        problems = self.problems()
+        if problems:
+            raise FitError("; ".join(problems) + "; " + self.hint())
+
+    def summary(self) -> str:
+        p = self.part
+        return (f"{self.blocks} of {p.bram_blocks} {p.bram_name} block RAMs estimated "
+                f"({self.block_bits:,} of {p.bram_bits:,} bits)")
+
+
+def read_build(folder: Path) -> tuple[QModel, dict]:
+    """The QModel and report.json of a build folder, with a clear error when it is not one."""
+    missing = [name for name in ("qmodel.json", "qmodel.npz", "report.json") if not (folder / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a build folder (no {', '.join(missing)}); "
+                                f"make one with `hardwire compile MODEL.onnx -o {folder}`")
+    return QModel.load(folder), json.loads((folder / "report.json").read_text())
+
+
+def estimate(folder: Path, board: str) -> FitEstimate:
+    """The block-RAM estimate of a build folder's design on a board."""
+    qm, report = read_build(folder)
+    return estimate_model(qm, part(board), lanes=report["lanes"], storage=report["storage"],
+                          label=f"{folder.name} ({report['scheme']}, {report['lanes']} lanes, context {report['context']})")
+
+
+def estimate_model(qm: QModel, part: Part, *, lanes: int, storage: str, label: str) -> FitEstimate:
+    return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=lanes, context=qm.context, storage=storage,
+                       memories=tuple(block_memories(qm, lanes=lanes, storage=storage)))
+
+
+def check_fit(folder: Path, board: str) -> FitEstimate:
+    """The fit check run before any tool: returns the estimate, or raises FitError."""
+    fit = estimate(folder, board)
+    fit.check()
+    return fit
+
+
+def check_synthesis(part: Part, cells: dict[str, int], label: str) -> None:
+    """After synthesis, before place and route: LUTs, flip-flops and block RAMs against the part."""
+    used = utilisation_from_cells(part, cells)
+    problems = [f"{label} needs {used[key]:,} {name} after synthesis, the {part.title} has {limit:,}"
+                for key, name, limit in (("luts", "LUT4s", part.luts), ("ffs", "flip-flops", part.ffs),
+                                         ("brams", f"{part.bram_name} block RAMs", part.bram_blocks))
+                if used[key] > limit]
+    if problems:
+        hint = "the iCEBreaker holds only very small models; try --board ulx3s" if part.board == "icebreaker" \
+            else "try fewer --lanes or a smaller model"
+        raise FitError("; ".join(problems) + "; " + hint)
+
+
+def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
+    """LUT4s, flip-flops, block RAMs and DSPs from a synthesised netlist's cell counts by type."""
+    if part.family == "ecp5":
+        luts = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0) + 4 * cells.get("TRELLIS_DPR16X4", 0)  # carry: 2 LUTs
+        ffs = cells.get("TRELLIS_FF", 0)
+        brams = cells.get("DP16KD", 0)
+        dsps = cells.get("MULT18X18D", 0)
+    else:
+        luts = cells.get("SB_LUT4", 0)
+        ffs = sum(count for name, count in cells.items() if name.startswith("SB_DFF"))
+        brams = cells.get("SB_RAM40_4K", 0)
+        dsps = cells.get("SB_MAC16", 0)
+    return {"luts": luts, "ffs": ffs, "brams": brams, "dsps": dsps}

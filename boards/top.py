@@ -1,0 +1,187 @@
+"""BoardTop: H1's BoardCore on a real board: UART pins, LEDs, and the clock.
+
+This is the one file where vendor primitives appear (EHXPLLL on the ECP5, SB_PLL40_PAD on
+the iCE40): everything below it is vendor-neutral. Without --clock-mhz the design runs from
+the board's oscillator through the platform's own clock domain (which also holds reset while
+the FPGA starts). With a different frequency a PLL makes it, and the design is held in reset
+until the PLL locks and, on the iCE40, 15 µs more (its block RAMs read as zero for about 3 µs
+after configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import ClockDomain, Const, Elaboratable, Instance, Module, ResetInserter, Signal
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+
+from ..quant.qmodel import QModel
+from .core import LED_BUSY, LED_ERROR, LED_HEARTBEAT, LED_TOKEN, BoardCore
+from .parts import Part, part
+
+# ECP5 EHXPLLL limits in MHz (prjtrellis ecppll: PFD 3.125..400, VCO 400..800, output 10..400)
+ECP5_PFD = (3.125, 400.0)
+ECP5_VCO = (400.0, 800.0)
+ECP5_OUT = (10.0, 400.0)
+# iCE40 PLL limits in MHz (icestorm icepll, SIMPLE feedback: PFD 10..133, VCO 533..1066, output 16..275)
+ICE40_PFD = (10.0, 133.0)
+ICE40_VCO = (533.0, 1066.0)
+ICE40_OUT = (16.0, 275.0)
+ICE40_BRAM_WAIT_S = 15e-6  # 3 µs of zero reads after configuration, with the platform's 5x margin
+
+
+@dataclass(frozen=True)
+class Ecp5Pll:
+    """EHXPLLL dividers: f_out = f_in / clki_div * clkfb_div, f_vco = f_out * clkop_div."""
+
+    clki_div: int
+    clkfb_div: int
+    clkop_div: int
+    clkop_cphase: int
+    f_out_mhz: float
+    f_vco_mhz: float
+
+
+@dataclass(frozen=True)
+class Ice40Pll:
+    """SB_PLL40 dividers (SIMPLE feedback): f_out = f_in * (divf + 1) / ((divr + 1) * 2**divq)."""
+
+    divr: int
+    divf: int
+    divq: int
+    filter_range: int
+    f_out_mhz: float
+    f_vco_mhz: float
+
+
+def ecp5_pll(f_in: float, f_out: float) -> Ecp5Pll:
+    """The dividers nearest f_out, searched as prjtrellis's ecppll does (ties: the VCO nearest 600 MHz)."""
+    if not ECP5_OUT[0] <= f_out <= ECP5_OUT[1]:
+        raise ValueError(f"the ECP5 PLL makes {ECP5_OUT[0]:g} to {ECP5_OUT[1]:g} MHz, not {f_out:g} MHz")
+    best: tuple[float, float, Ecp5Pll] | None = None
+    for clki_div in range(1, 129):
+        f_pfd = f_in / clki_div
+        if not ECP5_PFD[0] <= f_pfd <= ECP5_PFD[1]:
+            continue
+        for clkfb_div in range(1, 81):
+            for clkop_div in range(1, 129):
+                f_vco = f_pfd * clkfb_div * clkop_div
+                if not ECP5_VCO[0] <= f_vco <= ECP5_VCO[1]:
+                    continue
+                got = f_vco / clkop_div
+                key = (abs(got - f_out), abs(f_vco - 600))
+                if best is None or key < best[:2]:
+                    # CLKOP_CPHASE: the primary output shifted by 180 degrees, as Lattice's tools set it
+                    best = (*key, Ecp5Pll(clki_div, clkfb_div, clkop_div, clkop_div // 2, got, f_vco))
+    assert best is not None  # some divider pair always lands in the VCO range for a legal output
+    return best[2]
+
+
+def ice40_pll(f_in: float, f_out: float) -> Ice40Pll:
+    """The dividers nearest f_out, searched as icestorm's icepll does for SIMPLE feedback."""
+    if not ICE40_OUT[0] <= f_out <= ICE40_OUT[1]:
+        raise ValueError(f"the iCE40 PLL makes {ICE40_OUT[0]:g} to {ICE40_OUT[1]:g} MHz, not {f_out:g} MHz")
+    best: tuple[float, Ice40Pll] | None = None
+    for divr in range(16):
+        f_pfd = f_in / (divr + 1)
+        if not ICE40_PFD[0] <= f_pfd <= ICE40_PFD[1]:
+            continue
+        for divf in range(128):
+            f_vco = f_pfd * (divf + 1)
+            if not ICE40_VCO[0] <= f_vco <= ICE40_VCO[1]:
+                continue
+            for divq in range(1, 7):
+                got = f_vco / (1 << divq)
+                if best is None or abs(got - f_out) < best[0]:
+                    # the loop filter follows the PFD frequency (SB_PLL40 documentation, icepll)
+                    filter_range = next(i + 1 for i, top in enumerate((17, 26, 44, 66, 101, float("inf")))
+                                        if f_pfd < top)
+                    best = (abs(got - f_out), Ice40Pll(divr, divf, divq, filter_range, got, f_vco))
+    if best is None:
+        raise ValueError(f"no iCE40 PLL setting makes {f_out:g} MHz from {f_in:g} MHz")
+    return best[1]
+
+
+def _platform(board: Part) -> object:
+    if board.board == "ulx3s":
+        from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+        return ULX3S_85F_Platform()
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+
+    return ICEBreakerPlatform()
+
+
+class BoardTop(Elaboratable):
+    """The BoardCore with its pins, LEDs and clock on the board's amaranth-boards platform."""
+
+    def __init__(self, qm: QModel, *, lanes: int, storage: str, board: str, baud: int = 115200,
+                 clock_mhz: float | None = None) -> None:
+        self.part = part(board)
+        self.pll: Ecp5Pll | Ice40Pll | None = None
+        if clock_mhz is not None and not clock_mhz > 0:
+            raise ValueError(f"clock_mhz must be positive, got {clock_mhz!r}")
+        if clock_mhz is not None and abs(clock_mhz - self.part.clock_mhz) > 1e-9:
+            make = ecp5_pll if self.part.family == "ecp5" else ice40_pll
+            self.pll = make(self.part.clock_mhz, clock_mhz)
+        self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
+        self.clk_hz = round(self.clock_mhz * 1e6)
+        self.core = BoardCore(qm, lanes=lanes, storage=storage, clk_hz=self.clk_hz, baud=baud)
+        self.platform = _platform(self.part)
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        core = self.core
+        if self.pll is not None:
+            self._pll_domain(m, platform)
+            m.submodules.core = ResetInserter({"sync": self._hold != 0})(core)
+        else:
+            m.submodules.core = core
+        uart = platform.request("uart", 0)
+        m.d.comb += [core.rx.eq(uart.rx.i), uart.tx.o.eq(core.tx)]
+        if self.part.board == "ulx3s":  # eight LEDs: the first four show heartbeat, busy, token, error
+            for i in range(4):
+                m.d.comb += platform.request("led", i).o.eq(core.leds[i])
+        else:  # two LEDs on the board itself: green heartbeat, red for an error (busy and token on the PMOD LEDs)
+            m.d.comb += [platform.request("led_g", 0).o.eq(core.leds[LED_HEARTBEAT] | core.leds[LED_TOKEN]),
+                         platform.request("led_r", 0).o.eq(core.leds[LED_ERROR] | core.leds[LED_BUSY])]
+        return m
+
+    def _pll_domain(self, m: Module, platform: object) -> None:
+        """The sync domain from a PLL; reset held until lock (and the iCE40's block-RAM wait) is over."""
+        m.domains.sync = cd_sync = ClockDomain("sync")
+        locked = Signal()
+        clk_io = platform.request(platform.default_clk, dir="-")
+        pll = self.pll
+        if isinstance(pll, Ecp5Pll):
+            m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+                a_FREQUENCY_PIN_CLKI=f"{self.part.clock_mhz:g}", a_FREQUENCY_PIN_CLKOP=f"{pll.f_out_mhz:.4f}",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+                p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD", p_CLKOP_ENABLE="ENABLED",
+                p_CLKI_DIV=pll.clki_div, p_CLKFB_DIV=pll.clkfb_div, p_CLKOP_DIV=pll.clkop_div,
+                p_CLKOP_CPHASE=pll.clkop_cphase, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+                i_CLKI=clk_buf.i, i_CLKFB=cd_sync.clk, o_CLKOP=cd_sync.clk, o_LOCK=locked,
+                i_RST=Const(0), i_STDBY=Const(0), i_PHASESEL0=Const(0), i_PHASESEL1=Const(0),
+                i_PHASEDIR=Const(1), i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+                i_ENCLKOP=Const(0))
+            wait = 16
+        else:
+            m.submodules.pll = Instance(
+                "SB_PLL40_PAD",
+                p_FEEDBACK_PATH="SIMPLE", p_DIVR=pll.divr, p_DIVF=pll.divf, p_DIVQ=pll.divq,
+                p_FILTER_RANGE=pll.filter_range,
+                io_PACKAGEPIN=clk_io.io, i_RESETB=Const(1), i_BYPASS=Const(0),
+                o_PLLOUTGLOBAL=cd_sync.clk, o_LOCK=locked)
+            wait = round(ICE40_BRAM_WAIT_S * pll.f_out_mhz * 1e6)
+        platform.add_clock_constraint(cd_sync.clk, self.clk_hz)
+        # reset: asserted while unlocked, released in step with the clock, then held `wait` cycles more
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+        hold = Signal(range(wait + 1), init=wait)
+        with m.If(hold != 0):
+            m.d.sync += hold.eq(hold - 1)
+        self._hold = hold
