@@ -138,14 +138,19 @@ class BoardTop(Elaboratable):
             m.submodules.core = ResetInserter({"sync": self._hold != 0})(core)
         else:
             m.submodules.core = core
-        uart = platform.request("uart", 0)
-        m.d.comb += [core.rx.eq(uart.rx.i), uart.tx.o.eq(core.tx)]
+        # every pin of the UART resource raw (the ULX3S's also has rts and dtr, unused here); buffers below
+        uart = platform.request("uart", 0, dir={sub.name: "-" for sub in platform.lookup("uart", 0).ios})
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+        m.d.comb += [core.rx.eq(rx.i), tx.o.eq(core.tx)]
         if self.part.board == "ulx3s":  # eight LEDs: the first four show heartbeat, busy, token, error
-            for i in range(4):
-                m.d.comb += platform.request("led", i).o.eq(core.leds[i])
-        else:  # two LEDs on the board itself: green heartbeat, red for an error (busy and token on the PMOD LEDs)
-            m.d.comb += [platform.request("led_g", 0).o.eq(core.leds[LED_HEARTBEAT] | core.leds[LED_TOKEN]),
-                         platform.request("led_r", 0).o.eq(core.leds[LED_ERROR] | core.leds[LED_BUSY])]
+            leds = [("led", i, core.leds[i]) for i in range(4)]
+        else:  # two LEDs on the board itself: green for heartbeat and tokens, red for busy and errors
+            leds = [("led_g", 0, core.leds[LED_HEARTBEAT] | core.leds[LED_TOKEN]),
+                    ("led_r", 0, core.leds[LED_ERROR] | core.leds[LED_BUSY])]
+        for name, number, value in leds:
+            m.submodules[f"{name}{number}"] = led = io.Buffer("o", platform.request(name, number, dir="-"))
+            m.d.comb += led.o.eq(value)
         return m
 
     def _pll_domain(self, m: Module, platform: object) -> None:

@@ -1,0 +1,205 @@
+"""The board flow for real: one ULX3S-85F bitstream of a tiny model, the fit check's refusals,
+the PLL dividers against the vendor-neutral calculators, and the ASIC gate count.
+
+The one place-and-route run (about 2 to 3 minutes here) is shared by the tests through a
+module fixture; everything else is seconds. Timings are printed (pytest -s shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from amaranth.hdl import Fragment, Instance
+from random_ir import random_ir
+
+from hardwire.boards.asic import SRAM_BIT_TRANSISTORS, TRANSISTORS, build_asic
+from hardwire.boards.fpga import build_board, tool_command
+from hardwire.boards.parts import FitError, check_fit
+from hardwire.boards.top import BoardTop, ecp5_pll, ice40_pll
+from hardwire.cli import main
+from hardwire.quant.quantize import quantize
+from hardwire.rtl.build import compile_to
+
+TINY = {"vocab": 32, "d": 16, "layers": 1, "heads": 2, "kv_heads": 1, "ffn": 32, "context": 16}
+
+
+def _tiny(folder: Path, storage: str, lanes: int = 4) -> Path:
+    """The smallest decoder worth building: one layer of 16, int8, ROM or logic weights."""
+    qm = quantize(random_ir(**TINY), "int8", context=16)
+    compile_to(qm, folder, lanes=lanes, storage=storage, progress=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ulx3s_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    folder = _tiny(tmp_path_factory.mktemp("boards") / "tiny_rom", "rom")
+    start = time.time()
+    result = build_board(folder, "ulx3s", clock_mhz=40.0, progress=True)  # through the PLL: 25 MHz in, 40 out
+    print(f"\n[timing] ULX3S-85F bitstream of the tiny model at 40 MHz: {time.time() - start:.0f} s "
+          f"(tools: {result['tool_seconds']})")
+    return folder, result
+
+
+def test_ulx3s_bitstream_and_report(ulx3s_build: tuple[Path, dict]) -> None:
+    folder, result = ulx3s_build
+    assert result == json.loads((folder / "build_ulx3s.json").read_text())
+    assert 0 < result["luts"] < result["luts_available"] == 83_640
+    assert result["ffs"] > 0 and result["dsps"] > 0
+    # weight ROMs (embedding, MLP, head) and the rsqrt/exp tables land in DP16KD: the fit check predicted them
+    assert result["brams"] > 0
+    assert abs(result["brams"] - result["brams_estimated"]) <= max(1, result["brams"] // 10), result
+    assert result["fmax_mhz"] > 0 and result["clock_mhz"] == 40.0
+    assert result["timing_met"] == (result["fmax_mhz"] >= 40.0)
+    assert result["utilisation"]["EHXPLLL"] == 1  # the PLL made it through place and route, constrained at 40 MHz
+    lpf = (folder / "board_ulx3s" / "top.lpf").read_text()
+    assert re.search(r'FREQUENCY NET "[^"]*clk" 40000000(\.0)? HZ', lpf), lpf
+    report = json.loads((folder / "report.json").read_text())
+    assert result["cycles_per_token"] == report["cycles_per_token_estimate"]
+    assert result["tok_s_source"].startswith("report.json cycles_per_token_estimate")
+    assert result["tok_s"] == round(result["fmax_mhz"] * 1e6 / report["cycles_per_token_estimate"], 1)
+    bit = Path(result["bitstream"])
+    assert bit == folder / "board_ulx3s" / "top.bit" and bit.stat().st_size > 100_000  # an LFE5U-85F image
+    assert result["seconds"] > 0
+
+
+def test_tok_s_prefers_the_simulated_cycle_count(ulx3s_build: tuple[Path, dict]) -> None:
+    from hardwire.boards.fpga import cycles_per_token
+
+    folder, _ = ulx3s_build
+    (folder / "sim.json").write_text(json.dumps({"cycles_per_token": 1234.5}))
+    try:
+        assert cycles_per_token(folder) == (1234.5, "sim.json cycles_per_token (measured in simulation)")
+    finally:
+        (folder / "sim.json").unlink()
+
+
+def _too_big_for_ulx3s(folder: Path) -> Path:
+    """Half a million int8 weights: the bundled model's size, quantised in two seconds, without Verilog."""
+    qm = quantize(random_ir(vocab=64, d=128, layers=2, heads=4, kv_heads=2, ffn=512, context=64), "int8", context=64)
+    qm.save(folder)
+    (folder / "report.json").write_text(json.dumps({"lanes": 8, "storage": "rom", "scheme": "int8", "context": 64}))
+    return folder
+
+
+def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _too_big_for_ulx3s(tmp_path / "big")
+    expected = ("big (int8, 8 lanes, context 64) needs 5,179,392 block-RAM bits (281 DP16KD of 18,432 bits for 4,354,560 "
+                "bits of memories: weights 4,063,232, tables 131,072, kv 131,072, lora 16,384, buffers 12,800), the "
+                "ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
+    with pytest.raises(FitError) as err:
+        check_fit(folder, "ulx3s")
+    assert str(err.value) == expected
+    start = time.time()
+    assert main(["build", str(folder), "--board", "ulx3s"]) == 2
+    assert capsys.readouterr().err == f"hardwire: error: {expected}\n"
+    assert time.time() - start < 30 and not (folder / "board_ulx3s").exists()  # refused before any tool ran
+
+
+def test_fit_check_refuses_the_icebreaker(tmp_path: Path) -> None:
+    folder = _tiny(tmp_path / "tiny", "rom")
+    expected = ("tiny (int8, 4 lanes, context 16) needs 176,128 block-RAM bits (43 SB_RAM40_4K of 4,096 bits for 106,016 "
+                "bits of memories: weights 20,480, tables 77,824, kv 2,048, lora 1,024, buffers 4,640), the iCEBreaker "
+                "has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very small models; try --board ulx3s")
+    with pytest.raises(FitError) as err:
+        build_board(folder, "icebreaker", progress=False)
+    assert str(err.value) == expected
+    assert not (folder / "board_icebreaker").exists()
+
+
+def test_build_needs_a_board_folder_and_a_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", str(tmp_path), "--board", "ulx3s"]) == 2
+    assert capsys.readouterr().err == (f"hardwire: error: {tmp_path} is not a build folder (no qmodel.json, qmodel.npz, "
+                                       f"report.json); make one with `hardwire compile MODEL.onnx -o {tmp_path}`\n")
+    assert main(["build", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)\n"
+
+
+def _tool_lines(tool: str, *args: str) -> str:
+    proc = subprocess.run([tool_command(tool), *args], capture_output=True, text=True, check=False)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("mhz", [50.0, 40.0, 33.3, 48.0])
+def test_ecp5_pll_matches_ecppll(mhz: float) -> None:
+    out = _tool_lines("ecppll", "-i", "25", "-o", str(mhz))
+    expect = {key: int(re.search(rf"{label}: (\d+)", out).group(1))
+              for key, label in (("clki_div", "Refclk divisor"), ("clkfb_div", "Feedback divisor"),
+                                 ("clkop_div", "clkout0 divisor"))}
+    pll = ecp5_pll(25.0, mhz)
+    assert {key: getattr(pll, key) for key in expect} == expect
+    assert pll.f_out_mhz == pytest.approx(25.0 / pll.clki_div * pll.clkfb_div)
+    assert 400 <= pll.f_vco_mhz <= 800
+
+
+@pytest.mark.parametrize("mhz", [24.0, 30.0, 48.0])
+def test_ice40_pll_matches_icepll(mhz: float) -> None:
+    out = _tool_lines("icepll", "-i", "12", "-o", str(mhz))
+    expect = {key: int(re.search(rf"{key.upper()}:\s+(\d+)", out).group(1))
+              for key in ("divr", "divf", "divq", "filter_range")}
+    pll = ice40_pll(12.0, mhz)
+    assert {key: getattr(pll, key) for key in expect} == expect
+
+
+def test_pll_out_of_range() -> None:
+    with pytest.raises(ValueError, match=r"^the ECP5 PLL makes 10 to 400 MHz, not 500 MHz$"):
+        ecp5_pll(25.0, 500.0)
+    with pytest.raises(ValueError, match=r"^the iCE40 PLL makes 16 to 275 MHz, not 8 MHz$"):
+        ice40_pll(12.0, 8.0)
+
+
+def _instances(fragment: Fragment) -> list[Instance]:
+    found = [fragment] if isinstance(fragment, Instance) else []
+    for sub, *_ in fragment.subfragments:
+        found += _instances(sub)
+    return found
+
+
+@pytest.mark.parametrize("board, mhz, primitive, params", [
+    ("ulx3s", 40.0, "EHXPLLL", {"CLKI_DIV": 5, "CLKFB_DIV": 8, "CLKOP_DIV": 15, "FEEDBK_PATH": "CLKOP"}),
+    ("icebreaker", 24.0, "SB_PLL40_PAD", {"DIVR": 0, "DIVF": 63, "DIVQ": 5, "FILTER_RANGE": 1}),
+])
+def test_board_top_with_a_pll(tmp_path: Path, board: str, mhz: float, primitive: str, params: dict) -> None:
+    """The board design holds the PLL with ecppll's / icepll's dividers, and the UART divisor follows its clock."""
+    from hardwire.quant.qmodel import QModel
+
+    folder = _tiny(tmp_path / "tiny", "rom")
+    top = BoardTop(QModel.load(folder), lanes=4, storage="rom", board=board, clock_mhz=mhz)
+    assert top.clk_hz == round(mhz * 1e6) and top.core.divisor == round(mhz * 1e6 / 115200)
+    plls = [inst for inst in _instances(Fragment.get(top, top.platform)) if inst.type == primitive]
+    assert len(plls) == 1
+    assert {key: plls[0].parameters[key] for key in params} == params
+    # without --clock-mhz the platform's own clock domain runs the design straight from the oscillator
+    plain = BoardTop(QModel.load(folder), lanes=4, storage="rom", board=board)
+    assert plain.pll is None and plain.clock_mhz == (25.0 if board == "ulx3s" else 12.0)
+    assert not [inst for inst in _instances(Fragment.get(plain, plain.platform)) if inst.type == primitive]
+
+
+def test_asic_gates_and_transistors(tmp_path: Path) -> None:
+    folder = _tiny(tmp_path / "tiny_logic", "logic")
+    start = time.time()
+    result = build_asic(folder, progress=True)
+    print(f"\n[timing] ASIC synthesis of the tiny logic-storage model: {time.time() - start:.0f} s")
+    assert result == json.loads((folder / "build_asic.json").read_text())
+    assert result["cell_count"] == sum(result["cells"].values()) > 0
+    assert result["flip_flops"] > 0 and result["cells"]["$_NAND_"] > 0
+    assert result["sram_bits"] > 0  # the KV cache and buffers stay SRAM
+    logic = sum(count * TRANSISTORS[name] for name, count in result["cells"].items())
+    assert result["logic_transistors"] == logic
+    assert result["transistors"] == logic + result["sram_bits"] * SRAM_BIT_TRANSISTORS
+
+
+def test_asic_refuses_rom_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _tiny(tmp_path / "tiny_rom", "rom")
+    expected = (f"{folder} holds its weights in ROM (--weights rom), which an ASIC flow would need a memory compiler "
+                f"for; the ASIC estimate is for weights as gates: compile with `hardwire compile MODEL.onnx --weights "
+                f"logic -o DIR` and run `hardwire build DIR --target asic`")
+    with pytest.raises(ValueError) as err:
+        build_asic(folder)
+    assert str(err.value) == expected
+    assert main(["build", str(folder), "--target", "asic"]) == 2
+    assert capsys.readouterr().err == f"hardwire: error: {expected}\n"
