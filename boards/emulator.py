@@ -1,0 +1,362 @@
+"""A board in software: the host protocol (boards/protocol.py) on a pseudo-terminal, decoding with
+the integer reference, so the host side (client, `hardwire chat`) can be developed and tested
+without a board and the protocol's semantics have one executable statement besides the RTL.
+
+`EmulatedDevice` is the protocol engine of boards/host_link.py re-told in Python, decision for
+decision: the receiver's frame timeout and garbage rule, its CRC / op / length checks of the
+whole frame before anything is acted on, BUSY while a GENERATE runs, RESET aborting it, and
+the decoder's flags (bad token, full context) with the error each one gives. It knows no
+clock: the caller passes times in seconds. `PtyEmulator` serves one on a pseudo-terminal
+from a thread; `hardwire emulate BUILD` runs that until Ctrl-C.
+
+LoRA words arrive through LORA frames exactly as the RTL receives them; they are decoded back
+into adapters with rtl/lora_map.py's address map (the inverse of `lora_writes`) and handed to
+the reference decoder, so adapters loaded over the wire decode as they would on the chip.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import os
+import select
+import struct
+import threading
+import time
+import tty
+from pathlib import Path
+
+import torch
+
+from ..quant import blocks
+from ..quant.qmodel import QModel
+from ..quant.reference import LoraAdapter, ReferenceDecoder
+from ..rtl.lora_map import REGISTERS, RESET, LoraSlot, lora_addr_bits, lora_address_map
+from . import protocol
+from .protocol import SYNC, Error, Flag, Op, Reply
+
+BYTE_BITS = 10  # 8N1: start bit, 8 data bits, stop bit
+DEFAULT_BAUD = 115200
+DEFAULT_TIMEOUT_BYTES = 32  # the frame timeout in byte times (the RTL's default: 320 x clocks per bit)
+BACKLOG_LIMIT = 64  # unsent reply bytes at which GENERATE waits for the line, as the RTL's sender stalls it
+
+
+def frame_timeout_s(baud: int = DEFAULT_BAUD, timeout_bytes: int = DEFAULT_TIMEOUT_BYTES) -> float:
+    """The frame timeout T in seconds for a line at `baud` (what a board built for that baud uses)."""
+    return timeout_bytes * BYTE_BITS / baud
+
+
+def _length_ok(op: Op, length: int, payload: bytes) -> bool:
+    """The receiver's length rule per op (boards/host_link.py CHECK state)."""
+    if op in (Op.RESET, Op.STATUS, Op.HELLO):
+        return length == 0
+    if op == Op.FEED:
+        return length >= 2 and length % 2 == 0
+    if op == Op.GENERATE:
+        return length == 2 and payload != b"\0\0"
+    return length >= 5 and length % 2 == 1  # LORA
+
+
+def _int8(word: int) -> int:
+    """The low byte of a LoRA word as a signed int8 (the RTL keeps ldata[:8])."""
+    low = word & 0xFF
+    return low - 256 if low & 0x80 else low
+
+
+class _LoraSram:
+    """The adapters' SRAM and registers of one build, written word by word as the Decoder's lora port is."""
+
+    def __init__(self, qm: QModel) -> None:
+        self.slots: list[LoraSlot] = lora_address_map(qm)
+        self.mask = (1 << lora_addr_bits(qm)) - 1  # the port is lora_addr_bits wide: the 24-bit address wraps
+        self._bases = [slot.a_base for slot in self.slots]
+        self.a = [torch.zeros((s.rank, s.in_features), dtype=torch.int64) for s in self.slots]
+        self.b = [torch.zeros((s.out_features, s.rank), dtype=torch.int64) for s in self.slots]
+        self.regs = [dict(RESET) for _ in self.slots]
+        self.touched: set[int] = set()  # untouched slots hold the all-zero adapter: the base model
+
+    def write(self, address: int, word: int) -> None:
+        address &= self.mask
+        n = bisect.bisect_right(self._bases, address) - 1
+        if n < 0 or address >= self.slots[n].end:
+            return  # outside every slot: the RTL decodes no hit
+        s = self.slots[n]
+        if address < s.b_base:
+            row, col = divmod(address - s.a_base, s.a_stride)
+            if col < s.in_features:  # padding addresses are ignored
+                self.a[n][row, col] = _int8(word)
+        elif address < s.reg_base:
+            row, col = divmod(address - s.b_base, s.b_stride)
+            if col < s.rank:
+                self.b[n][row, col] = _int8(word)
+        else:
+            name = REGISTERS[address - s.reg_base]
+            self.regs[n][name] = word & (0x7FFF if name.endswith("mult") else 0x3F)  # 15-bit mults, 6-bit shifts
+        self.touched.add(n)
+
+    def adapters(self) -> dict[tuple[int, str], LoraAdapter]:
+        """The written slots as the reference's adapters."""
+        out = {}
+        for n in sorted(self.touched):
+            r = self.regs[n]
+
+            def scale(mult: int, shift: int) -> tuple[int, int]:
+                # a shift of 0 is no shift: x * m == round_shift(x * 2m, 1), the form the reference computes
+                return (2 * mult, 1) if shift == 0 else (mult, shift)
+
+            a_mult, a_shift = scale(r["a_mult"], r["a_shift"])
+            b_mult, b_shift = scale(r["b_mult"], r["b_shift"])
+            s = self.slots[n]
+            out[s.layer, s.site] = LoraAdapter(a=self.a[n].clone(), b=self.b[n].clone(), a_mult=a_mult, a_shift=a_shift,
+                                               b_mult=b_mult, b_shift=b_shift)
+        return out
+
+
+class EmulatedDevice:
+    """The board's protocol engine over the reference decoder; times are seconds from any monotonic clock."""
+
+    def __init__(self, qm: QModel, *, lanes: int, frame_timeout: float = frame_timeout_s(),
+                 token_seconds: float = 0.0) -> None:
+        if frame_timeout <= 0:
+            raise ValueError(f"the frame timeout must be positive, got {frame_timeout}")
+        self.qm, self.lanes = qm, lanes
+        self.vocab = qm.config.vocab_size
+        self.token_bits = max(1, (self.vocab - 1).bit_length())
+        self.frame_timeout = frame_timeout
+        self.token_seconds = token_seconds  # a stand-in for the chip's decode time, so RESET can land mid-GENERATE
+        self.decoder = ReferenceDecoder(qm)
+        self.lora = _LoraSram(qm)
+        self._lora_dirty = False
+        # receiver
+        self._frame: bytearray | None = None  # bytes after SYNC of the frame being received
+        self._garbage = False  # non-SYNC bytes dropped since the line was last quiet
+        self._last_rx = float("-inf")
+        # executor
+        self._fresh = True  # the next token fed starts a new sequence
+        self._prediction: int | None = None
+        self._left = 0  # GENERATE: tokens still to send
+        self._due: float | None = None  # GENERATE: when its next step runs; None when none runs
+        # the decoder's status
+        self.tokens = 0
+        self.cycles = 0
+        self.context_full = False
+        self.bad_token = False
+        self._cycles_per_token = _cycle_estimator(qm, lanes)
+
+    @property
+    def generating(self) -> bool:
+        return self._due is not None
+
+    def next_event(self, may_step: bool = True) -> float | None:
+        """The time `poll` has work at (a frame timeout, a garbage report, a GENERATE step); None: only input."""
+        times = []
+        if self._frame is not None or self._garbage:
+            times.append(self._last_rx + self.frame_timeout)
+        if self._due is not None and may_step:
+            times.append(self._due)
+        return min(times) if times else None
+
+    def receive(self, data: bytes, now: float) -> bytes:
+        """Bytes from the host that arrived at `now`; -> reply bytes."""
+        out = self._expire(now)
+        for byte in data:
+            if self._frame is None:
+                if byte == SYNC:
+                    self._frame = bytearray()
+                else:
+                    self._garbage = True
+                continue
+            self._frame.append(byte)
+            if len(self._frame) >= 2 and len(self._frame) == 3 + self._frame[1]:
+                whole, self._frame = bytes(self._frame), None
+                out += self._check(whole, now)
+        if data:
+            self._last_rx = now
+        return out
+
+    def poll(self, now: float, may_step: bool = True) -> bytes:
+        """Whatever is due by `now`: a frame timeout or garbage report, then one GENERATE step."""
+        out = self._expire(now)
+        if may_step and self._due is not None and now >= self._due:
+            out += self._generate_step(now)
+        return out
+
+    # -- receiver -------------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> bytes:
+        if now - self._last_rx < self.frame_timeout:
+            return b""
+        if self._frame is not None:  # a frame stopped part-way: it and any garbage before it make one error
+            self._frame, self._garbage = None, False
+            return _error(Error.TIMEOUT)
+        if self._garbage:
+            self._garbage = False
+            return _error(Error.GARBAGE)
+        return b""
+
+    def _check(self, whole: bytes, now: float) -> bytes:
+        """A whole frame (after SYNC): CRC, op, length, BUSY, in that order, before any of it is acted on."""
+        op, length, payload = whole[0], whole[1], whole[2:-1]
+        if protocol.crc8(whole[:-1]) != whole[-1]:
+            return _error(Error.BAD_CRC)
+        if op not in Op._value2member_map_:
+            return _error(Error.UNKNOWN_OP)
+        if not _length_ok(Op(op), length, payload):
+            return _error(Error.BAD_LENGTH)
+        if self.generating and op != Op.RESET:
+            return _error(Error.BUSY)
+        return self._execute(Op(op), payload, now)
+
+    # -- executor -------------------------------------------------------------------------------
+
+    def _execute(self, op: Op, payload: bytes, now: float) -> bytes:
+        if op == Op.RESET:  # also aborts a GENERATE: the token in flight is already decoded, its output unused
+            self._due, self._left = None, 0
+            self._fresh, self._prediction = True, None
+            return protocol.frame(Reply.ACK)
+        if op == Op.FEED:
+            for (token,) in struct.iter_unpack("<H", payload):
+                if token >> self.token_bits:  # does not fit the decoder's token port: never fed
+                    self._prediction = None
+                    return _error(Error.BAD_TOKEN)
+                output, error = self._feed(token)
+                if error is not None:
+                    self._prediction = None
+                    return _error(error)
+                self._prediction = output
+            return protocol.frame(Reply.ACK)
+        if op == Op.GENERATE:
+            if self._prediction is None:
+                return _error(Error.NO_PREDICTION)
+            self._left, self._due = struct.unpack("<H", payload)[0], now
+            return self._generate_step(now)
+        if op == Op.LORA:
+            address = int.from_bytes(payload[:3], "little")
+            for i, (word,) in enumerate(struct.iter_unpack("<H", payload[3:])):
+                self.lora.write(address + i, word)
+            self._lora_dirty = True
+            return protocol.frame(Reply.ACK)
+        if op == Op.STATUS:
+            flags = Flag(0)
+            if self.context_full:
+                flags |= Flag.CONTEXT_FULL
+            if self.bad_token:
+                flags |= Flag.BAD_TOKEN
+            return protocol.frame(Reply.STATUS, protocol.status_payload(
+                protocol.Status(self.tokens, self.cycles, self.decoder.position, flags)))
+        hello = protocol.Hello(protocol.PROTOCOL_VERSION, self.vocab, self.qm.context, self.lanes)
+        return protocol.frame(Reply.HELLO, protocol.hello_payload(hello))
+
+    def _generate_step(self, now: float) -> bytes:
+        """Send the prediction and feed it back; after the last one (and its decode), ACK."""
+        if self._left == 0:
+            self._due = None
+            return protocol.frame(Reply.ACK)
+        assert self._prediction is not None
+        out = protocol.frame(Reply.TOKEN, struct.pack("<H", self._prediction))
+        self._left -= 1
+        output, error = self._feed(self._prediction)
+        if error is not None:
+            self._due, self._prediction = None, None
+            return out + _error(error)
+        self._prediction, self._due = output, now + self.token_seconds
+        return out
+
+    def _feed(self, token: int) -> tuple[int | None, Error | None]:
+        """One token through the decoder: its output, or the error for the flag it raised instead."""
+        if self._fresh:  # new_seq: position 0, flags cleared
+            self._fresh = False
+            self.decoder.reset()
+            self.context_full = self.bad_token = False
+        if token >= self.vocab:
+            self.bad_token = True
+            return None, Error.BAD_TOKEN
+        if self.decoder.position >= self.qm.context:
+            self.context_full = True
+            return None, Error.CONTEXT_FULL
+        if self._lora_dirty:
+            self.decoder.lora, self._lora_dirty = self.lora.adapters(), False
+        self.cycles += self._cycles_per_token(self.decoder.position)
+        logits = self.decoder.step(token)
+        self.tokens += 1
+        return int(blocks.argmax(logits)), None
+
+
+def _error(code: Error) -> bytes:
+    return protocol.frame(Reply.ERROR, bytes([code]))
+
+
+def _cycle_estimator(qm: QModel, lanes: int):  # -> Callable[[int], int]
+    """STATUS's cycle count: the build report's per-token estimate (the emulator has no clock)."""
+    from ..rtl.build import cycles_per_token_estimate
+
+    return lambda position: cycles_per_token_estimate(qm, lanes, position)
+
+
+def load_build(build: Path) -> tuple[QModel, int]:
+    """A build folder's QModel and lanes (report.json), with a message naming what is missing."""
+    build = Path(build)
+    missing = [name for name in ("qmodel.json", "qmodel.npz", "report.json") if not (build / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{build} is not a build folder (no {', '.join(missing)}); "
+                                f"make one with `hardwire compile MODEL.onnx -o {build}`")
+    return QModel.load(build), int(json.loads((build / "report.json").read_text())["lanes"])
+
+
+class PtyEmulator:
+    """An EmulatedDevice behind a pseudo-terminal, served from a thread: open `port` like a board's UART."""
+
+    def __init__(self, device: EmulatedDevice) -> None:
+        self.device = device
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)  # bytes pass unchanged: no echo, no line discipline
+        os.set_blocking(self._master, False)
+        self.port = os.ttyname(self._slave)
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name=f"emulator {self.port}", daemon=True)
+        self.failure: BaseException | None = None  # what stopped the thread, if anything but close()
+
+    def start(self) -> PtyEmulator:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            os.write(self._stop_w, b"x")
+            self._thread.join()
+        for fd in (self._master, self._slave, self._stop_r, self._stop_w):
+            os.close(fd)
+
+    def __enter__(self) -> PtyEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _serve(self) -> None:
+        try:
+            self._loop()
+        except BaseException as err:  # kept for the owner: a dead emulator must not look like a silent board
+            self.failure = err
+            raise
+
+    def _loop(self) -> None:
+        device, backlog = self.device, bytearray()
+        while True:
+            may_step = len(backlog) < BACKLOG_LIMIT
+            event = device.next_event(may_step)
+            wait = None if event is None else max(0.0, event - time.monotonic())
+            readable, _, _ = select.select([self._master, self._stop_r], [self._master] if backlog else [], [], wait)
+            if self._stop_r in readable:
+                return
+            if self._master in readable:
+                try:
+                    data = os.read(self._master, 4096)
+                except BlockingIOError:
+                    data = b""
+                backlog += device.receive(data, time.monotonic())
+            backlog += device.poll(time.monotonic(), len(backlog) < BACKLOG_LIMIT)
+            if backlog:
+                with contextlib.suppress(BlockingIOError):  # nobody reads the port: hold the replies, GENERATE waits
+                    del backlog[:os.write(self._master, backlog)]
