@@ -142,6 +142,45 @@ def cmd_flash(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Talk to a board (or `hardwire emulate`) over its UART: text in, the model's continuation streamed back."""
+    from .boards.chat import ChatError, run_chat
+    from .boards.client import LinkError
+
+    try:
+        run_chat(args.port, build=args.build, n=args.n, prompt=args.prompt, baud=args.baud, timeout=args.timeout)
+    except ChatError as err:
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
+    except LinkError as err:  # the board answered with an error, or stopped answering
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    """Serve a build's model on a pseudo-terminal with the board's protocol (the integer reference decodes),
+    so `hardwire chat` and other host code run without a board."""
+    import time
+
+    from .boards.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
+
+    qm, lanes = load_build(args.build)
+    timeout = frame_timeout_s(args.baud, args.timeout_bytes)
+    device = EmulatedDevice(qm, lanes=lanes, frame_timeout=timeout, token_seconds=args.token_ms / 1000)
+    with PtyEmulator(device) as emulator:
+        print(f"emulating {args.build} (vocabulary {qm.config.vocab_size}, context {qm.context}, {lanes} lanes) "
+              f"on {emulator.port}; frame timeout {timeout * 1000:.2f} ms", flush=True)
+        print(f"talk to it with: hardwire chat --port {emulator.port} --build {args.build}   (Ctrl-C stops)", flush=True)
+        try:
+            while emulator.failure is None:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            return 0
+    print(f"hardwire: error: the emulator stopped: {emulator.failure!r}", file=sys.stderr)
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
@@ -195,6 +234,27 @@ def build_parser() -> argparse.ArgumentParser:
     flash_p.add_argument("--flash", action="store_true",
                          help="ULX3S: write the SPI flash so the design survives power-off (the iCEBreaker always is)")
     flash_p.set_defaults(func=cmd_flash)
+
+    chat = sub.add_parser("chat", help="send text to a board running the model and stream its continuation",
+                          description=cmd_chat.__doc__)
+    chat.add_argument("--port", required=True, help="the board's serial port (/dev/ttyUSB0), or the one "
+                      "`hardwire emulate` prints")
+    chat.add_argument("--build", type=Path, default=None,
+                      help="build folder the board was built from (its vocab.json; default: the bundled model's)")
+    chat.add_argument("-n", type=int, default=64, help="characters to generate per prompt (default 64)")
+    chat.add_argument("--prompt", default=None, help="one prompt, then exit (default: read prompts line by line)")
+    chat.add_argument("--baud", type=int, default=115200, help="UART baud rate the board was built for (default 115200)")
+    chat.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each reply (default 2)")
+    chat.set_defaults(func=cmd_chat)
+
+    emulate = sub.add_parser("emulate", help="serve a build's model on a pseudo-terminal, speaking the board's protocol",
+                             description=cmd_emulate.__doc__)
+    emulate.add_argument("build", type=Path, help="build folder from `hardwire compile`")
+    emulate.add_argument("--baud", type=int, default=115200, help="baud rate whose byte time sets the frame timeout")
+    emulate.add_argument("--timeout-bytes", type=int, default=32, help="frame timeout in byte times (default 32)")
+    emulate.add_argument("--token-ms", type=float, default=0.0,
+                         help="least time each generated token takes, as a stand-in for the chip's (default 0)")
+    emulate.set_defaults(func=cmd_emulate)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
