@@ -176,7 +176,8 @@ class DeviceClient:
             k = min(n, MAX_GENERATE)
             self._send(protocol.generate(k))
             for i in range(k):
-                yield self._expect(Reply.TOKEN, f"GENERATE {k} (token {i + 1})", self.timeout + self.token_timeout).token
+                yield self._expect(Reply.TOKEN, f"GENERATE {k}", self.timeout + self.token_timeout,
+                                   waiting=f"token {i + 1} of GENERATE {k}").token
             self._expect(Reply.ACK, f"GENERATE {k}", self.timeout + self.token_timeout)
             n -= k
 
@@ -214,9 +215,9 @@ class DeviceClient:
             self._replies.extend(self._parser.push(self.transport.read(4096, left)))
         return self._replies.popleft()
 
-    def _expect(self, op: Reply, command: str, timeout: float | None = None) -> Response:
+    def _expect(self, op: Reply, command: str, timeout: float | None = None, waiting: str | None = None) -> Response:
         """The next reply, which must be `op`; an ERROR raises DeviceError."""
-        reply = self._next(f"reply to {command}", self.timeout if timeout is None else timeout)
+        reply = self._next(waiting or f"reply to {command}", self.timeout if timeout is None else timeout)
         if reply.op == Reply.ERROR:
             raise _device_error(self.port, command, reply)
         if reply.op != op or len(reply.payload) != _PAYLOAD[op]:

@@ -1,0 +1,444 @@
+"""The host side of the board link against the emulator on a real pseudo-terminal: tokens equal the
+integer reference, every ERROR code comes from the input that should cause it, the recovery rule
+works, and `hardwire chat` prints text and says clearly what is wrong with a port or a prompt."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import tty
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from random_ir import random_ir
+
+from hardwire.boards import protocol
+from hardwire.boards.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
+from hardwire.boards.emulator import EmulatedDevice, PtyEmulator
+from hardwire.boards.protocol import Error, Flag, Hello, Op, Reply
+from hardwire.cli import main
+from hardwire.quant.lora import quantize_lora
+from hardwire.quant.quantize import quantize
+from hardwire.quant.reference import ReferenceDecoder
+from hardwire.rtl.build import compile_to
+from hardwire.rtl.lora_map import lora_address_map, lora_writes
+
+FRAME_TIMEOUT = 0.02  # the emulator's T: longer than 32 byte times, so a loaded test machine does not split frames
+QUIET = 0.08  # the host rule: wait more than T of quiet
+PROMPT = [5, 17, 30]
+VOCAB = tuple("abcdefghijklmnopqrstuvwxyz0123456789 .,!")  # 40 characters for the 40-token random model
+
+
+@pytest.fixture(scope="module")
+def qm():
+    """A tiny GPT-2-style model (its untied head gives varied tokens) at a 16-token context."""
+    return quantize(random_ir(family="gpt2", seed=0), "int8", context=16)
+
+
+class Link:
+    """A client and a raw byte view of the same port (for frames the client would never send)."""
+
+    def __init__(self, emulator: PtyEmulator) -> None:
+        self.emulator = emulator
+        self.fd = os.open(emulator.port, os.O_RDWR | os.O_NOCTTY)
+        self.transport = FdTransport(self.fd, emulator.port)
+        self.client = DeviceClient(self.transport, timeout=2.0, quiet=QUIET, token_timeout=1.0)
+        self._parser = protocol.FrameParser()
+        self._frames: list[str] = []
+
+    def send(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def frames(self, count: int, timeout: float = 2.0) -> list[str]:
+        """The next `count` replies, described; fails (never hangs) if they do not come in time."""
+        deadline = time.monotonic() + timeout
+        while len(self._frames) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"only {self._frames} arrived within {timeout} s, wanted {count} frames"
+            self._frames += [_describe(r) for r in self._parser.push(self.transport.read(4096, left))]
+        out, self._frames = self._frames[:count], self._frames[count:]
+        return out
+
+    def silent(self, seconds: float) -> None:
+        """Nothing more arrives for `seconds`."""
+        assert self._parser.push(self.transport.read(4096, seconds)) == [] and not self._frames
+
+    def status(self) -> protocol.Status:
+        return self.client.status()
+
+
+def _describe(r: protocol.Response) -> str:
+    if r.op == Reply.ERROR:
+        return f"ERROR {r.error.name}"
+    if r.op == Reply.TOKEN:
+        return f"TOKEN {r.token}"
+    return Reply(r.op).name
+
+
+@pytest.fixture
+def link(qm) -> Iterator[Callable[..., Link]]:
+    """Emulator on a pty (optionally with a per-token time) and a Link to it; the emulator must survive the test."""
+    made: list[Link] = []
+
+    def make(token_seconds: float = 0.0) -> Link:
+        emulator = PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT, token_seconds=token_seconds))
+        made.append(Link(emulator.start()))
+        return made[-1]
+
+    yield make
+    for one in made:
+        os.close(one.fd)
+        failure = one.emulator.failure
+        one.emulator.close()
+        assert failure is None
+
+
+def test_hello_and_tokens_equal_the_reference(qm, link):
+    lk = link()
+    assert lk.client.hello() == Hello(version=1, vocab=40, context=16, lanes=8)
+    expected = ReferenceDecoder(qm).generate(PROMPT, 12)
+    assert len(set(expected)) > 3  # a model that says something
+    for prompt in (PROMPT, [7], PROMPT):  # each after a reset: a new sequence every time
+        lk.client.reset()
+        lk.client.feed(prompt)
+        assert list(lk.client.generate(12)) == ReferenceDecoder(qm).generate(prompt, 12)
+    st = lk.status()
+    assert (st.tokens, st.position, st.flags) == (3 + 12 + 1 + 12 + 3 + 12, 3 + 12, Flag(0))
+    assert st.cycles > 0
+
+
+def test_tokens_stream_as_they_are_decoded(qm, link):
+    lk = link(token_seconds=0.1)
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    start = time.monotonic()
+    tokens, times = [], []
+    for token in lk.client.generate(4):
+        tokens.append(token)
+        times.append(time.monotonic() - start)
+    total = time.monotonic() - start
+    assert tokens == ReferenceDecoder(qm).generate(PROMPT, 4)
+    assert times[0] < 0.25 and total >= 0.4  # the first token is in hand long before the ACK
+
+
+def test_generate_continues_the_sequence_across_commands(qm, link):
+    """GENERATE 5 then GENERATE 7 continue one sequence: the tokens of a single GENERATE 12."""
+    lk = link()
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(5)) + list(lk.client.generate(7)) == ReferenceDecoder(qm).generate(PROMPT, 12)
+
+
+def test_bad_crc(link):
+    lk = link()
+    bad = bytearray(protocol.hello())
+    bad[-1] ^= 0x40
+    lk.send(bytes(bad))
+    assert lk.frames(1) == ["ERROR BAD_CRC"]
+    lk.silent(2 * FRAME_TIMEOUT)
+
+
+@pytest.mark.parametrize("op", [0x00, 0x07, Reply.ACK, 0xFF])
+def test_unknown_op(link, op):
+    lk = link()
+    lk.send(protocol.frame(op, b"\x01\x02"))
+    assert lk.frames(1) == ["ERROR UNKNOWN_OP"]
+
+
+@pytest.mark.parametrize("op,payload", [(Op.RESET, b"\0"), (Op.STATUS, b"\0"), (Op.HELLO, b"HW"), (Op.FEED, b""),
+                                        (Op.FEED, b"\x01"), (Op.FEED, b"\x01\x00\x02"), (Op.GENERATE, b"\0\0"),
+                                        (Op.GENERATE, b"\x01"), (Op.GENERATE, b"\x01\0\0"), (Op.LORA, b"\0\0\0\0"),
+                                        (Op.LORA, b"\0\0\0"), (Op.LORA, b"")])
+def test_bad_length(link, op, payload):
+    lk = link()
+    lk.send(protocol.frame(op, payload))
+    assert lk.frames(1) == ["ERROR BAD_LENGTH"]
+    assert lk.client.status().flags == Flag(0)  # nothing was acted on
+
+
+def test_frame_timeout_one_error_and_garbage_before_it_included(link):
+    lk = link()
+    lk.send(protocol.feed([1, 2])[0][:5])  # SYNC, op, len, two of four payload bytes
+    assert lk.frames(1) == ["ERROR TIMEOUT"]
+    lk.silent(3 * FRAME_TIMEOUT)
+    lk.send(b"\x00\x13\x37" + protocol.status()[:3])  # garbage, then a frame that stops: one TIMEOUT for both
+    assert lk.frames(1) == ["ERROR TIMEOUT"]
+    lk.silent(3 * FRAME_TIMEOUT)
+
+
+def test_garbage_one_error_per_burst(link):
+    lk = link()
+    lk.send(b"\x00\x11\x22\x33")
+    time.sleep(FRAME_TIMEOUT / 4)
+    lk.send(b"hello garbage")  # the same burst: the line was not quiet for T
+    assert lk.frames(1) == ["ERROR GARBAGE"]
+    lk.silent(3 * FRAME_TIMEOUT)
+    lk.send(b"\xff")  # a second burst after a quiet spell
+    assert lk.frames(1) == ["ERROR GARBAGE"]
+
+
+def test_garbage_then_a_frame_reply_first_garbage_once_quiet(link):
+    lk = link()
+    lk.send(b"\x00\x01" + protocol.hello())
+    assert lk.frames(2) == ["HELLO", "ERROR GARBAGE"]
+
+
+def test_garbage_then_reset_gives_correct_tokens(qm, link):
+    lk = link()
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    lk.send(bytes(range(7, 200, 3)) + protocol.generate(3)[:4])  # noise and half a frame in the middle of a session
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(10)) == ReferenceDecoder(qm).generate(PROMPT, 10)
+
+
+def test_busy_while_generating_and_generate_still_finishes(qm, link):
+    lk = link(token_seconds=0.05)
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    expected = ReferenceDecoder(qm).generate(PROMPT, 6)
+    lk.send(protocol.generate(6))
+    assert lk.frames(1) == [f"TOKEN {expected[0]}"]
+    lk.send(protocol.status() + protocol.feed([1])[0] + protocol.hello())
+    got = lk.frames(3 + 5 + 1)
+    assert [f for f in got if f.startswith("ERROR")] == ["ERROR BUSY"] * 3
+    assert [f for f in got if not f.startswith("ERROR")] == [f"TOKEN {t}" for t in expected[1:]] + ["ACK"]
+
+
+def test_reset_aborts_generate(qm, link):
+    lk = link(token_seconds=0.05)
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    lk.send(protocol.generate(12))
+    first = lk.frames(1)
+    lk.send(protocol.reset())
+    rest = []
+    while not rest or rest[-1] != "ACK":
+        rest += lk.frames(1)
+    tokens = first + rest[:-1]
+    assert 1 <= len(tokens) < 12
+    assert tokens == [f"TOKEN {t}" for t in ReferenceDecoder(qm).generate(PROMPT, len(tokens))]
+    lk.silent(0.3)  # no ACK for the aborted GENERATE, no more tokens
+    lk.send(protocol.generate(1))  # the prediction was forgotten
+    assert lk.frames(1) == ["ERROR NO_PREDICTION"]
+    lk.client.feed([7])  # and the next FEED starts a new sequence
+    assert list(lk.client.generate(8)) == ReferenceDecoder(qm).generate([7], 8)
+
+
+def test_context_full(qm, link):
+    lk = link()
+    lk.client.reset()
+    lk.send(protocol.feed(list(range(17)))[0])  # 17 tokens into 16 positions: the last is refused
+    assert lk.frames(1) == ["ERROR CONTEXT_FULL"]
+    st = lk.status()
+    assert (st.position, st.flags) == (16, Flag.CONTEXT_FULL)
+    lk.client.reset()
+    lk.client.feed(list(range(14)))  # GENERATE 3 after 14 tokens: all three are sent, the third does not fit when fed
+    expected = ReferenceDecoder(qm).generate(list(range(14)), 3)
+    tokens = []
+    with pytest.raises(DeviceError) as err:
+        tokens.extend(lk.client.generate(3))
+    assert tokens == expected
+    assert str(err.value) == (f"{lk.emulator.port}: GENERATE 3 failed with ERROR CONTEXT_FULL: the decoder's "
+                              "context is full; reset to start a new sequence")
+    lk.client.reset()  # a new sequence clears the flag
+    lk.client.feed(PROMPT)
+    assert lk.status().flags == Flag(0)
+
+
+def test_bad_token(qm, link):
+    lk = link()
+    lk.client.reset()
+    lk.send(protocol.feed([3, 40, 4])[0])  # 40 fits the 6-bit token port but is not in the vocabulary
+    assert lk.frames(1) == ["ERROR BAD_TOKEN"]
+    st = lk.status()
+    assert (st.position, st.flags) == (1, Flag.BAD_TOKEN)  # 4 was never fed
+    lk.send(protocol.generate(1))  # the prediction went with the error
+    assert lk.frames(1) == ["ERROR NO_PREDICTION"]
+    lk.client.reset()
+    lk.send(protocol.feed([64])[0])  # does not fit the token port: refused before the decoder sees it
+    assert lk.frames(1) == ["ERROR BAD_TOKEN"]
+    assert lk.status().flags == Flag.BAD_TOKEN  # still the old sequence's flag: nothing was fed
+    with pytest.raises(DeviceError, match=r"FEED of 1 tokens failed with ERROR BAD_TOKEN: a token id is outside"):
+        lk.client.feed([65535])
+    lk.client.feed(PROMPT)  # the first token fed since the reset starts the new sequence
+    assert lk.status().flags == Flag(0)
+    assert list(lk.client.generate(5)) == ReferenceDecoder(qm).generate(PROMPT, 5)
+
+
+def test_no_prediction(link):
+    lk = link()
+    lk.client.reset()
+    with pytest.raises(DeviceError) as err:
+        list(lk.client.generate(1))
+    assert str(err.value) == (f"{lk.emulator.port}: GENERATE 1 failed with ERROR NO_PREDICTION: GENERATE needs a FEED "
+                              "since the last reset (there is nothing to continue)")
+    assert err.value.code == Error.NO_PREDICTION
+
+
+def _adapters(qm, seed: int, zero: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for slot in lora_address_map(qm):
+        a = rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
+        b = rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
+        if zero:
+            a, b = np.zeros_like(a), np.zeros_like(b)
+        out[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
+    return out
+
+
+def test_lora_written_over_the_link_decodes_like_the_reference(qm, link):
+    lk = link()
+    adapters = _adapters(qm, 5)
+    expected = ReferenceDecoder(qm, lora=adapters).generate(PROMPT, 12)
+    assert expected != ReferenceDecoder(qm).generate(PROMPT, 12)  # the adapters change the tokens
+    writes = lora_writes(qm, 8, adapters)
+    assert len(protocol.lora(writes)) > 1  # several frames, padding gaps between runs
+    lk.client.write_lora(writes)
+    lk.client.reset()  # LoRA SRAM survives RESET
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(12)) == expected
+    lk.client.write_lora(lora_writes(qm, 8, _adapters(qm, 0, zero=True)))
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(12)) == ReferenceDecoder(qm).generate(PROMPT, 12)
+
+
+def test_lora_addresses_wrap_and_padding_is_ignored(qm, link):
+    """The 24-bit frame address wraps at the port's width; padding and unmapped addresses write nothing."""
+    lk = link()
+    slots = lora_address_map(qm)
+    bits = (slots[-1].end - 1).bit_length()
+    adapters = _adapters(qm, 5)
+    writes = [((1 << bits) * 3 + addr, word) for addr, word in lora_writes(qm, 8, adapters)]  # above the port's width
+    noise = [(addr, 0x7F) for addr in range(slots[-1].end, 1 << bits)]  # unmapped
+    lk.client.write_lora(writes + noise)
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(8)) == ReferenceDecoder(qm, lora=adapters).generate(PROMPT, 8)
+
+
+def test_silent_device_raises_a_timeout_naming_port_and_reply():
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    port = os.ttyname(slave)
+    try:
+        client = DeviceClient(FdTransport(slave, port), timeout=0.2)
+        start = time.monotonic()
+        with pytest.raises(DeviceTimeout) as err:
+            client.status()
+        assert str(err.value) == f"{port}: no reply to STATUS within 0.2 s"
+        with pytest.raises(DeviceTimeout) as err:
+            client.reset()
+        assert str(err.value) == f"{port}: no ACK in answer to RESET within 0.2 s"
+        assert time.monotonic() - start < 2
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+# -- hardwire chat -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def build(qm, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("chat_build")
+    compile_to(qm, out, lanes=8, storage="rom", progress=False, vocab=VOCAB)
+    return out
+
+
+def test_chat_prints_the_continuation(qm, build, capsys):
+    from hardwire.boards.emulator import load_build
+
+    model, lanes = load_build(build)
+    with PtyEmulator(EmulatedDevice(model, lanes=lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
+        assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "hello", "-n", "9"]) == 0
+    expected = ReferenceDecoder(qm).generate([VOCAB.index(c) for c in "hello"], 9)
+    assert capsys.readouterr().out == "hello" + "".join(VOCAB[t] for t in expected) + "\n"
+    assert emulator.failure is None
+
+
+def test_chat_interactive_lines(qm, build, capsys):
+    from hardwire.boards.chat import run_chat
+
+    lines = iter(["ab", "xyz?", "c d"])
+
+    def read_line(prompt: str) -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
+        run_chat(emulator.port, build=build, n=4, prompt=None, read_line=read_line)
+    captured = capsys.readouterr()
+
+    def cont(text: str) -> str:
+        return text + "".join(VOCAB[t] for t in ReferenceDecoder(qm).generate([VOCAB.index(c) for c in text], 4)) + "\n"
+
+    assert captured.out == cont("ab") + cont("c d")
+    assert captured.err == "hardwire: error: the prompt has characters outside the model's vocabulary: ['?']\n"
+
+
+def test_chat_missing_port(tmp_path, capsys):
+    port = tmp_path / "ttyUSB9"
+    assert main(["chat", "--port", str(port), "--prompt", "ROMEO:"]) == 2
+    assert capsys.readouterr().err == (
+        f"hardwire: error: {port} does not exist; is the board plugged in? (boards show up as /dev/ttyUSB* or "
+        "/dev/ttyACM*; `hardwire emulate BUILD` prints its port)\n")
+
+
+def test_chat_silent_port(capsys):
+    master, slave = os.openpty()
+    port = os.ttyname(slave)
+    try:
+        start = time.monotonic()
+        assert main(["chat", "--port", port, "--prompt", "ROMEO:", "--timeout", "0.3"]) == 2
+        assert time.monotonic() - start < 3
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert capsys.readouterr().err == (
+        f"hardwire: error: no answer to HELLO from {port} within 0.3 s: is the board flashed with `hardwire build "
+        "BUILD --board ...` and `hardwire flash`, and on this port?\n")
+
+
+def test_chat_characters_outside_the_vocabulary(build, capsys):
+    assert main(["chat", "--port", "/dev/null", "--build", str(build), "--prompt", "Hello, World!"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: the prompt has characters outside the model's vocabulary: "
+                                       "['H', 'W']\n")
+
+
+def test_chat_vocabulary_size_mismatch(qm, capsys):
+    from hardwire.boards.chat import BUNDLED_VOCAB
+
+    with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
+        assert main(["chat", "--port", emulator.port, "--prompt", "ROMEO:"]) == 2
+    assert capsys.readouterr().err == (
+        f"hardwire: error: the board's model has 40 tokens but {BUNDLED_VOCAB} lists 65 characters: pass --build with "
+        "the folder the board was built from\n")
+
+
+def test_chat_prompt_longer_than_the_context(build, capsys):
+    from hardwire.boards.emulator import load_build
+
+    model, lanes = load_build(build)
+    with PtyEmulator(EmulatedDevice(model, lanes=lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
+        assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "abcdefghij", "-n", "7"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: the prompt (10 characters) and -n 7 need 17 positions; the "
+                                       "board's context holds 16: shorten the prompt or lower -n\n")
+
+
+def test_status_payload_roundtrip_from_the_emulator(qm):
+    """STATUS bytes as the board sends them: tokens, cycles, position, flags (no pty needed)."""
+    device = EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)
+    out = device.receive(protocol.reset() + protocol.feed([1, 2])[0] + protocol.status(), 0.0)
+    parsed = protocol.FrameParser().push(out)
+    assert [Reply(r.op).name for r in parsed] == ["ACK", "ACK", "STATUS"]
+    tokens, cycles, position, flags = struct.unpack("<IIHB", parsed[2].payload)
+    assert (tokens, position, flags) == (2, 2, 0) and cycles > 0
