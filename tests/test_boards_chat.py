@@ -442,3 +442,34 @@ def test_status_payload_roundtrip_from_the_emulator(qm):
     assert [Reply(r.op).name for r in parsed] == ["ACK", "ACK", "STATUS"]
     tokens, cycles, position, flags = struct.unpack("<IIHB", parsed[2].payload)
     assert (tokens, position, flags) == (2, 2, 0) and cycles > 0
+
+
+def test_hardwire_emulate_serves_until_ctrl_c(qm, build):
+    """The CLI end to end: `hardwire emulate` prints its port, a client talks to it, SIGINT stops it cleanly."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "hardwire.cli", "emulate", str(build)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith(f"emulating {build} (vocabulary 40, context 16, 8 lanes) on /dev/pts/"), first
+        assert first.endswith("; frame timeout 2.78 ms\n")
+        port = first.split(" on ")[1].split(";")[0]
+        assert proc.stdout.readline() == f"talk to it with: hardwire chat --port {port} --build {build}   (Ctrl-C stops)\n"
+        fd = os.open(port, os.O_RDWR | os.O_NOCTTY)
+        try:
+            client = DeviceClient(FdTransport(fd, port), timeout=5.0)
+            client.reset()
+            client.feed(PROMPT)
+            assert list(client.generate(6)) == ReferenceDecoder(qm).generate(PROMPT, 6)
+        finally:
+            os.close(fd)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
