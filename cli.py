@@ -155,6 +155,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except LinkError as err:  # the board answered with an error, or stopped answering
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C mid-continuation: the next session's RESET stops the board
+        print()
+        return 130
     return 0
 
 

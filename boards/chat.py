@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .client import DeviceClient, DeviceTimeout, LinkError, Transport, open_serial
-from .protocol import Hello
+from .protocol import PROTOCOL_VERSION, Hello
 
 BUNDLED_VOCAB = Path(__file__).resolve().parent.parent / "models" / "tinyshakespeare.vocab.json"
 
@@ -57,6 +57,9 @@ class Chat:
         except DeviceTimeout as err:
             raise ChatError(f"no answer to HELLO from {transport.name} within {timeout:g} s: is the board flashed "
                             "with `hardwire build BUILD --board ...` and `hardwire flash`, and on this port?") from err
+        if self.hello.version != PROTOCOL_VERSION:
+            raise ChatError(f"the board on {transport.name} speaks protocol version {self.hello.version}, this hardwire "
+                            f"speaks {PROTOCOL_VERSION}: rebuild and flash the board with this hardwire")
         if self.hello.vocab != len(vocab):
             raise ChatError(f"the board's model has {self.hello.vocab} tokens but {vocab_file} lists {len(vocab)} "
                             "characters: pass --build with the folder the board was built from")
@@ -101,11 +104,14 @@ def run_chat(port: str, *, build: Path | None, n: int, prompt: str | None, baud:
         while True:
             try:
                 line = read_line("> ")
-            except EOFError:
+            except (EOFError, KeyboardInterrupt):
+                chat.out.write("\n")
                 return
             try:
                 chat.continue_text(line, n)
             except (ChatError, LinkError) as err:  # this line failed; the next one resets the board anyway
                 print(f"hardwire: error: {err}", file=sys.stderr)
+            except KeyboardInterrupt:  # stop this continuation, keep the session: the next RESET aborts GENERATE
+                chat.out.write("\n")
     finally:
         transport.port.close()

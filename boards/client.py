@@ -13,10 +13,13 @@ import select
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from . import protocol
 from .protocol import Error, Hello, Reply, Response, Status
+
+if TYPE_CHECKING:
+    import serial
 
 MAX_GENERATE = (1 << 16) - 1  # tokens per GENERATE frame (u16 N)
 
@@ -77,7 +80,7 @@ class Transport(Protocol):
 class SerialTransport:
     """A pyserial port (a board's USB UART, or the emulator's pseudo-terminal)."""
 
-    def __init__(self, port: object) -> None:  # serial.Serial
+    def __init__(self, port: serial.Serial) -> None:
         self.port = port
         self.name = str(port.port)
         self._timeout: float | None = port.timeout

@@ -25,6 +25,7 @@ import struct
 import threading
 import time
 import tty
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -287,7 +288,7 @@ def _error(code: Error) -> bytes:
     return protocol.frame(Reply.ERROR, bytes([code]))
 
 
-def _cycle_estimator(qm: QModel, lanes: int):  # -> Callable[[int], int]
+def _cycle_estimator(qm: QModel, lanes: int) -> Callable[[int], int]:
     """STATUS's cycle count: the build report's per-token estimate (the emulator has no clock)."""
     from ..rtl.build import cycles_per_token_estimate
 

@@ -83,8 +83,8 @@ def link(qm) -> Iterator[Callable[..., Link]]:
     """Emulator on a pty (optionally with a per-token time) and a Link to it; the emulator must survive the test."""
     made: list[Link] = []
 
-    def make(token_seconds: float = 0.0) -> Link:
-        emulator = PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT, token_seconds=token_seconds))
+    def make(token_seconds: float = 0.0, frame_timeout: float = FRAME_TIMEOUT) -> Link:
+        emulator = PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=frame_timeout, token_seconds=token_seconds))
         made.append(Link(emulator.start()))
         return made[-1]
 
@@ -170,12 +170,12 @@ def test_frame_timeout_one_error_and_garbage_before_it_included(link):
 
 
 def test_garbage_one_error_per_burst(link):
-    lk = link()
+    lk = link(frame_timeout=0.25)  # a long T, so the pause inside the burst is clearly shorter on a busy machine
     lk.send(b"\x00\x11\x22\x33")
-    time.sleep(FRAME_TIMEOUT / 4)
+    time.sleep(0.03)
     lk.send(b"hello garbage")  # the same burst: the line was not quiet for T
     assert lk.frames(1) == ["ERROR GARBAGE"]
-    lk.silent(3 * FRAME_TIMEOUT)
+    lk.silent(0.4)
     lk.send(b"\xff")  # a second burst after a quiet spell
     assert lk.frames(1) == ["ERROR GARBAGE"]
 
@@ -381,7 +381,7 @@ def test_chat_interactive_lines(qm, build, capsys):
     def cont(text: str) -> str:
         return text + "".join(VOCAB[t] for t in ReferenceDecoder(qm).generate([VOCAB.index(c) for c in text], 4)) + "\n"
 
-    assert captured.out == cont("ab") + cont("c d")
+    assert captured.out == cont("ab") + cont("c d") + "\n"
     assert captured.err == "hardwire: error: the prompt has characters outside the model's vocabulary: ['?']\n"
 
 
@@ -422,6 +422,15 @@ def test_chat_vocabulary_size_mismatch(qm, capsys):
     assert capsys.readouterr().err == (
         f"hardwire: error: the board's model has 40 tokens but {BUNDLED_VOCAB} lists 65 characters: pass --build with "
         "the folder the board was built from\n")
+
+
+def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
+    """A board from another hardwire version: refused before any text is sent."""
+    with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
+        monkeypatch.setattr(protocol, "PROTOCOL_VERSION", 2)  # what the emulated board answers in HELLO
+        assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "ab"]) == 2
+    assert capsys.readouterr().err == (f"hardwire: error: the board on {emulator.port} speaks protocol version 2, this "
+                                       "hardwire speaks 1: rebuild and flash the board with this hardwire\n")
 
 
 def test_chat_prompt_longer_than_the_context(build, capsys):
