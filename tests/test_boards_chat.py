@@ -482,3 +482,17 @@ def test_hardwire_emulate_serves_until_ctrl_c(qm, build):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_bundled_vocab_copy_matches_the_model():
+    """chat's default characters are a copy of the bundled model's metadata: they must not drift apart."""
+    import json
+
+    import onnx
+
+    from hardwire.boards.chat import BUNDLED_VOCAB
+    from hardwire.cli import BUNDLED_MODEL
+
+    proto = onnx.load(str(BUNDLED_MODEL), load_external_data=False)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    assert json.loads(BUNDLED_VOCAB.read_text()) == json.loads(meta["hardwire.vocab"])
