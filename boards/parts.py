@@ -17,9 +17,15 @@ from pathlib import Path
 
 from ..quant.qmodel import QModel
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS
+from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS, KV_BITS
 from ..rtl.lora_map import lora_address_map
+from ..rtl.norm import X_BITS
+from ..rtl.rescale import MULT_BITS, SHIFT_BITS
+from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
+
+SCORE_BITS = 32  # rtl/softmax.py's default score width, the one the Decoder uses
 
 
 class FitError(ValueError):
@@ -44,6 +50,7 @@ class Part:
     spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
     clock_mhz: float  # the board's oscillator
     bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
+    min_decoder_luts: int  # LUT4s the smallest decoder needs on this family, measured: a floor checked before any tool
     lutram: bool  # distributed RAM (TRELLIS_DPR16X4, 16 x 4 bits, cost 4) that a small RAM may take instead
 
     @property
@@ -61,7 +68,8 @@ ULX3S_85F = Part(
     bram_blocks=208, bram_name="DP16KD",  # 208 sysMEM blocks of 18 Kbit = 3,744 Kbit
     bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
     dsps=156, dsp_name="MULT18X18D",  # 156 18x18 multipliers
-    spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True)  # the ULX3S's 25 MHz oscillator (clk25)
+    spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
+    min_decoder_luts=10_601)  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
 
 ICEBREAKER = Part(
     board="icebreaker", title="iCEBreaker", device="iCE40UP5K", family="ice40",
@@ -70,7 +78,10 @@ ICEBREAKER = Part(
     bram_shapes=((2048, 2), (1024, 4), (512, 8), (256, 16)),
     dsps=8, dsp_name="SB_MAC16",
     spram_bits=4 * 256 * 1024,  # 4 SPRAM of 256 Kbit: no initial contents, so never a weight ROM
-    clock_mhz=12.0, bram_cost=64, lutram=False)  # the iCEBreaker's 12 MHz oscillator (clk12)
+    clock_mhz=12.0, bram_cost=64, lutram=False,  # the iCEBreaker's 12 MHz oscillator (clk12)
+    # 27,007 SB_LUT4 measured for 1 layer of 8, 8 lanes, with UART and host link (yosys 0.70 synth_ice40); the
+    # decoder alone has measured about 18,500: that smaller figure is the floor
+    min_decoder_luts=18_500)
 
 PARTS: dict[str, Part] = {part.board: part for part in (ULX3S_85F, ICEBREAKER)}
 
@@ -154,10 +165,17 @@ def block_memories(qm: QModel, *, lanes: int, storage: str) -> list[BlockMemory]
             rows, cols = table.codes.shape
             mems.append(BlockMemory(name, "weights", rows * chunks(cols),
                                     lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)))
-    for n in range(2 * cfg.n_layers + 1):  # one NormUnit per norm, each with its reciprocal-square-root table
+    for n in range(2 * cfg.n_layers + 1):  # one NormUnit per norm: rsqrt table, per-channel scales, input copy
         mems.append(BlockMemory(f"rsqrt{n}", "tables", 1 << RSQRT_INDEX_BITS, RSQRT_BITS + 1))
-    for i in range(cfg.n_layers):  # one Softmax per layer, each with its exp table
+        mems.append(BlockMemory(f"norm_coef{n}", "tables", cfg.d_model, MULT_BITS + SHIFT_BITS))
+        mems.append(BlockMemory(f"norm_x{n}", "buffers", cfg.d_model, X_BITS))
+    for i in range(cfg.n_layers):  # per layer: a Softmax (exp table, score buffer) and an activation table
         mems.append(BlockMemory(f"exp{i}", "tables", Z_MAX + 1, E_BITS))
+        mems.append(BlockMemory(f"softmax_buf{i}", "buffers", qm.context, max(SCORE_BITS, E_BITS)))
+        mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, 8))
+    if cfg.positions == "rope":  # cos and sin per position and pair
+        for name in ("rope_cos", "rope_sin"):
+            mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2), ROPE_BITS))
     kvdim, qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
     for i in range(cfg.n_layers):
         mems.append(BlockMemory(f"kcache{i}", "kv", qm.context * (kvdim // lanes), lanes * KV_BITS))
@@ -203,11 +221,15 @@ class FitEstimate:
     def problems(self) -> list[str]:
         """One sentence per resource that does not fit; empty when the design fits."""
         p = self.part
+        problems = []
+        if p.min_decoder_luts > p.luts:
+            problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
+                            f"measured), the {p.title} has {p.luts:,}")
         if self.blocks <= p.bram_blocks:
-            return []
+            return problems
         parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
                           if self.bits(kind))
-        return [f"{self.label} needs {self.block_bits:,} block-RAM bits ({self.blocks:,} {p.bram_name} of "
+        return [*problems, f"{self.label} needs {self.block_bits:,} block-RAM bits ({self.blocks:,} {p.bram_name} of "
                 f"{p.bram_block_bits:,} bits for {self.bits():,} bits of memories: {parts}), the {p.title} has "
                 f"{p.bram_bits:,} ({p.bram_blocks} {p.bram_name})"]
 
@@ -265,14 +287,14 @@ def check_fit(folder: Path, board: str) -> FitEstimate:
 def check_synthesis(part: Part, cells: dict[str, int], label: str) -> None:
     """After synthesis, before place and route: LUTs, flip-flops and block RAMs against the part."""
     used = utilisation_from_cells(part, cells)
-    problems = [f"{label} needs {used[key]:,} {name} after synthesis, the {part.title} has {limit:,}"
-                for key, name, limit in (("luts", "LUT4s", part.luts), ("ffs", "flip-flops", part.ffs),
-                                         ("brams", f"{part.bram_name} block RAMs", part.bram_blocks))
-                if used[key] > limit]
-    if problems:
+    over = [f"{used[key]:,} {name} (the {part.title} has {limit:,})"
+            for key, name, limit in (("luts", "LUT4s", part.luts), ("ffs", "flip-flops", part.ffs),
+                                     ("brams", f"{part.bram_name} block RAMs", part.bram_blocks))
+            if used[key] > limit]
+    if over:
         hint = "the iCEBreaker holds only very small models; try --board ulx3s" if part.board == "icebreaker" \
             else "try fewer --lanes or a smaller model"
-        raise FitError("; ".join(problems) + "; " + hint)
+        raise FitError(f"{label} needs after synthesis " + ", ".join(over) + "; " + hint)
 
 
 def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:

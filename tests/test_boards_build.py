@@ -19,7 +19,7 @@ from random_ir import random_ir
 
 from hardwire.boards.asic import SRAM_BIT_TRANSISTORS, TRANSISTORS, build_asic
 from hardwire.boards.fpga import build_board, tool_command
-from hardwire.boards.parts import FitError, check_fit
+from hardwire.boards.parts import ICEBREAKER, ULX3S_85F, FitError, check_fit, check_synthesis
 from hardwire.boards.top import BoardTop, ecp5_pll, ice40_pll
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize
@@ -88,8 +88,8 @@ def _too_big_for_ulx3s(folder: Path) -> Path:
 
 def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _too_big_for_ulx3s(tmp_path / "big")
-    expected = ("big (int8, 8 lanes, context 64) needs 5,179,392 block-RAM bits (281 DP16KD of 18,432 bits for 4,354,560 "
-                "bits of memories: weights 4,063,232, tables 131,072, kv 131,072, lora 16,384, buffers 12,800), the "
+    expected = ("big (int8, 8 lanes, context 64) needs 5,437,440 block-RAM bits (295 DP16KD of 18,432 bits for 4,415,104 "
+                "bits of memories: weights 4,063,232, tables 177,280, kv 131,072, lora 16,384, buffers 27,136), the "
                 "ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
     with pytest.raises(FitError) as err:
         check_fit(folder, "ulx3s")
@@ -102,13 +102,25 @@ def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.Capt
 
 def test_fit_check_refuses_the_icebreaker(tmp_path: Path) -> None:
     folder = _tiny(tmp_path / "tiny", "rom")
-    expected = ("tiny (int8, 4 lanes, context 16) needs 176,128 block-RAM bits (43 SB_RAM40_4K of 4,096 bits for 106,016 "
-                "bits of memories: weights 20,480, tables 77,824, kv 2,048, lora 1,024, buffers 4,640), the iCEBreaker "
-                "has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very small models; try --board ulx3s")
+    expected = ("tiny (int8, 4 lanes, context 16) needs at least 18,500 LUT4s (the smallest decoder measured), the "
+                "iCEBreaker has 5,280; tiny (int8, 4 lanes, context 16) needs 200,704 block-RAM bits (49 SB_RAM40_4K of "
+                "4,096 bits for 109,344 bits of memories: weights 20,480, tables 79,872, kv 2,048, lora 1,024, buffers "
+                "5,920), the iCEBreaker has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very small models; try "
+                "--board ulx3s")
     with pytest.raises(FitError) as err:
         build_board(folder, "icebreaker", progress=False)
     assert str(err.value) == expected
     assert not (folder / "board_icebreaker").exists()
+
+
+def test_synthesis_check_names_each_resource_over() -> None:
+    """After yosys, before nextpnr: the cell counts against the part, every shortfall in one message."""
+    cells = {"SB_LUT4": 18_512, "SB_DFFESR": 3_000, "SB_DFF": 1_000, "SB_RAM40_4K": 28, "SB_MAC16": 8}
+    with pytest.raises(FitError) as err:
+        check_synthesis(ICEBREAKER, cells, "tiny (int8, 8 lanes, context 8)")
+    assert str(err.value) == ("tiny (int8, 8 lanes, context 8) needs after synthesis 18,512 LUT4s (the iCEBreaker has "
+                              "5,280); the iCEBreaker holds only very small models; try --board ulx3s")
+    check_synthesis(ULX3S_85F, {"LUT4": 10_000, "CCU2C": 500, "TRELLIS_FF": 4_000, "DP16KD": 13}, "tiny")  # fits
 
 
 def test_build_needs_a_board_folder_and_a_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
