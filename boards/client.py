@@ -118,6 +118,15 @@ class FdTransport:
             view = view[os.write(self.write_fd, view):]
 
 
+def as_transport(link: Transport | serial.Serial | int) -> Transport:
+    """A Transport from a pyserial port or a file descriptor (named by its tty path when it has one)."""
+    if isinstance(link, int):
+        return FdTransport(link, os.ttyname(link) if os.isatty(link) else f"fd {link}")
+    if hasattr(link, "in_waiting"):  # a serial.Serial (pyserial is imported only where ports are opened)
+        return SerialTransport(link)
+    return link
+
+
 def open_serial(port: str, baud: int = 115200) -> SerialTransport:
     """Open a serial port by path; FileNotFoundError / PermissionError / OSError say which port and why."""
     import serial
@@ -138,10 +147,10 @@ class DeviceClient:
     host rule after garbage or an error is to leave the line quiet that long, then RESET.
     """
 
-    def __init__(self, transport: Transport, *, timeout: float = 2.0, token_timeout: float = 1.0,
+    def __init__(self, transport: Transport | serial.Serial | int, *, timeout: float = 2.0, token_timeout: float = 1.0,
                  quiet: float = 0.05) -> None:
-        self.transport = transport
-        self.port = transport.name
+        self.transport = as_transport(transport)
+        self.port = self.transport.name
         self.timeout, self.token_timeout, self.quiet = timeout, token_timeout, quiet
         self._parser = protocol.FrameParser()
         self._replies: deque[Response] = deque()

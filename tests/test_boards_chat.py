@@ -132,6 +132,28 @@ def test_generate_continues_the_sequence_across_commands(qm, link):
     assert list(lk.client.generate(5)) + list(lk.client.generate(7)) == ReferenceDecoder(qm).generate(PROMPT, 12)
 
 
+def test_client_over_a_pyserial_port_and_a_bare_fd(qm, link):
+    """The two transports a user has: a pyserial port (a board) and a file descriptor (a pty)."""
+    import serial
+
+    lk = link()
+    expected = ReferenceDecoder(qm).generate(PROMPT, 5)
+    port = serial.Serial(lk.emulator.port, 115200, timeout=0.1)
+    try:
+        client = DeviceClient(port, quiet=QUIET)
+        assert client.port == lk.emulator.port
+        client.reset()
+        client.feed(PROMPT)
+        assert list(client.generate(5)) == expected
+    finally:
+        port.close()
+    client = DeviceClient(lk.fd, quiet=QUIET)
+    assert client.port == lk.emulator.port
+    client.reset()
+    client.feed(PROMPT)
+    assert list(client.generate(5)) == expected
+
+
 def test_bad_crc(link):
     lk = link()
     bad = bytearray(protocol.hello())
