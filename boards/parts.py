@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..quant.qmodel import QModel
-from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS
+from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
 from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS, KV_BITS
 from ..rtl.lora_map import lora_address_map
@@ -151,6 +151,17 @@ class BlockMemory:
         return True
 
 
+def live_bits(values: list[int], width: int) -> int:
+    """Bit columns of a `width`-bit table (two's complement) that are not the same in every word."""
+    mask = (1 << width) - 1
+    words = [int(v) & mask for v in values]
+    ones = zeros = 0
+    for word in words:
+        ones |= word
+        zeros |= ~word & mask
+    return max(1, bin(ones & zeros).count("1"))
+
+
 def block_memories(qm: QModel, *, lanes: int, storage: str) -> list[BlockMemory]:
     """The Decoder's synchronously read memories, shaped as rtl/decoder.py and rtl/weight_store.py build them."""
     cfg = qm.config
@@ -165,17 +176,24 @@ def block_memories(qm: QModel, *, lanes: int, storage: str) -> list[BlockMemory]
             rows, cols = table.codes.shape
             mems.append(BlockMemory(name, "weights", rows * chunks(cols),
                                     lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)))
-    for n in range(2 * cfg.n_layers + 1):  # one NormUnit per norm: rsqrt table, per-channel scales, input copy
-        mems.append(BlockMemory(f"rsqrt{n}", "tables", 1 << RSQRT_INDEX_BITS, RSQRT_BITS + 1))
-        mems.append(BlockMemory(f"norm_coef{n}", "tables", cfg.d_model, MULT_BITS + SHIFT_BITS))
+    # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
+    # counted at their live width, from the contents the RTL bakes in
+    norms = [q for layer in qm.layers for q in (layer.attn_norm, layer.mlp_norm)] + [qm.final_norm]
+    rsqrt = live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)
+    for n, qn in enumerate(norms):  # one NormUnit per norm: rsqrt table, per-channel scales, input copy
+        mems.append(BlockMemory(f"rsqrt{n}", "tables", 1 << RSQRT_INDEX_BITS, rsqrt))
+        coef = [(int(sh) << MULT_BITS) | int(mu) for mu, sh in zip(qn.mult.tolist(), qn.shift.tolist(), strict=True)]
+        mems.append(BlockMemory(f"norm_coef{n}", "tables", cfg.d_model, live_bits(coef, MULT_BITS + SHIFT_BITS)))
         mems.append(BlockMemory(f"norm_x{n}", "buffers", cfg.d_model, X_BITS))
-    for i in range(cfg.n_layers):  # per layer: a Softmax (exp table, score buffer) and an activation table
-        mems.append(BlockMemory(f"exp{i}", "tables", Z_MAX + 1, E_BITS))
+    exp = live_bits(exp_table().tolist(), E_BITS)
+    for i, layer in enumerate(qm.layers):  # per layer: a Softmax (exp table, score buffer) and an activation table
+        mems.append(BlockMemory(f"exp{i}", "tables", Z_MAX + 1, exp))
         mems.append(BlockMemory(f"softmax_buf{i}", "buffers", qm.context, max(SCORE_BITS, E_BITS)))
-        mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, 8))
+        mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, live_bits(layer.act_table.tolist(), 8)))
     if cfg.positions == "rope":  # cos and sin per position and pair
-        for name in ("rope_cos", "rope_sin"):
-            mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2), ROPE_BITS))
+        for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
+            mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2),
+                                    live_bits(table.flatten().tolist(), ROPE_BITS)))
     kvdim, qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
     for i in range(cfg.n_layers):
         mems.append(BlockMemory(f"kcache{i}", "kv", qm.context * (kvdim // lanes), lanes * KV_BITS))
