@@ -118,16 +118,20 @@ class BoardTop(Elaboratable):
 
     def __init__(self, qm: QModel, *, lanes: int, storage: str, board: str, baud: int = 115200,
                  clock_mhz: float | None = None) -> None:
-        self.part = part(board)
-        self.pll: Ecp5Pll | Ice40Pll | None = None
-        if clock_mhz is not None and not clock_mhz > 0:
-            raise ValueError(f"clock_mhz must be positive, got {clock_mhz!r}")
-        if clock_mhz is not None and abs(clock_mhz - self.part.clock_mhz) > 1e-9:
-            make = ecp5_pll if self.part.family == "ecp5" else ice40_pll
-            self.pll = make(self.part.clock_mhz, clock_mhz)
-        self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
-        self.clk_hz = round(self.clock_mhz * 1e6)
-        self.core = BoardCore(qm, lanes=lanes, storage=storage, clk_hz=self.clk_hz, baud=baud)
+        try:
+            self.part = part(board)
+            self.pll: Ecp5Pll | Ice40Pll | None = None
+            if clock_mhz is not None and not clock_mhz > 0:
+                raise ValueError(f"clock_mhz must be positive, got {clock_mhz!r}")
+            if clock_mhz is not None and abs(clock_mhz - self.part.clock_mhz) > 1e-9:
+                make = ecp5_pll if self.part.family == "ecp5" else ice40_pll
+                self.pll = make(self.part.clock_mhz, clock_mhz)
+            self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
+            self.clk_hz = round(self.clock_mhz * 1e6)
+            self.core = BoardCore(qm, lanes=lanes, storage=storage, clk_hz=self.clk_hz, baud=baud)
+        except ValueError:
+            self._MustUse__silence = True  # refused, never elaborated: no "created but never used" warning
+            raise
         self.platform = _platform(self.part)
 
     def elaborate(self, platform: object) -> Module:

@@ -137,6 +137,18 @@ def test_build_needs_a_board_folder_and_a_board(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().err == "hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)\n"
 
 
+def test_build_refuses_bad_clock_and_option_mixes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _tiny(tmp_path / "tiny", "rom")
+    assert main(["build", str(folder), "--board", "ulx3s", "--clock-mhz", "500"]) == 2
+    assert capsys.readouterr().err == "hardwire: error: the ECP5 PLL makes 10 to 400 MHz, not 500 MHz\n"
+    assert main(["build", str(folder), "--board", "ulx3s", "--clock-mhz", "-5"]) == 2
+    assert capsys.readouterr().err == "hardwire: error: clock_mhz must be positive, got -5.0\n"
+    assert not (folder / "board_ulx3s").exists()
+    assert main(["build", str(folder), "--target", "asic", "--board", "ulx3s"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: --board and --clock-mhz are for --target fpga; --target asic "
+                                       "takes neither\n")
+
+
 def _tool_lines(tool: str, *args: str) -> str:
     proc = subprocess.run([tool_command(tool), *args], capture_output=True, text=True, check=False)
     return proc.stdout + proc.stderr
