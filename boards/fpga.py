@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
@@ -72,8 +71,12 @@ def _run_tool(argv: list[str], cwd: Path, log: Path | None, label: str, progress
 
 
 def _tail(path: Path, n: int) -> list[str]:
-    with path.open(errors="replace") as f:
-        return [line.rstrip() for line in deque(f, maxlen=n)]
+    """The last n lines, read from the file's end: a large design's yosys log runs to hundreds of megabytes."""
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 256 * n))
+        text = f.read().decode(errors="replace")
+    return [line.rstrip() for line in text.splitlines()[-n:]]
 
 
 def _last_step(path: Path) -> str:
