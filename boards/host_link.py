@@ -62,13 +62,24 @@ REPLY_BYTES = 11  # the longest reply payload: STATUS
 REPLY_LAYOUT = data.StructLayout({"op": Reply, "length": unsigned(4), "payload": unsigned(8 * REPLY_BYTES)})
 
 
-def crc8_step(crc: Value, byte: Value) -> Value:
-    """One byte of CRC-8/SMBUS (protocol.crc8) as combinational logic: eight conditional
-    shifts, which synthesis flattens into one XOR network."""
-    c = (crc ^ byte)[:8]
+def _crc8_of_byte(x: int) -> int:
+    crc = x
     for _ in range(8):
-        c = Mux(c[7], ((c << 1) ^ 0x07)[:8], (c << 1)[:8])
-    return c
+        crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def crc8_step(crc: Value, byte: Value) -> Value:
+    """One byte of CRC-8/SMBUS (protocol.crc8) as combinational logic. The step is linear in
+    crc ^ byte, so each output bit is the XOR of the input bits whose single-bit CRC has it set
+    (a chain of eight conditional shifts would duplicate its input at every level)."""
+    x = (crc ^ byte)[:8]
+    columns = [_crc8_of_byte(1 << i) for i in range(8)]
+    bits = []
+    for j in range(8):
+        terms = [x[i] for i in range(8) if columns[i] >> j & 1]
+        bits.append(Cat(*terms).xor())
+    return Cat(*bits)
 
 
 class HostLink(wiring.Component):

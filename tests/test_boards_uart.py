@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from amaranth.hdl import Module
@@ -10,6 +11,7 @@ from rtl_sim import run
 
 from hardwire.boards.core import clocks_per_bit
 from hardwire.boards.uart import UartRx, UartTx
+from hardwire.sim.tools import verilator_env
 
 
 def _loopback(divisor: int) -> tuple[Module, UartTx, UartRx]:
@@ -169,3 +171,42 @@ def test_baud_the_clock_cannot_make():
                                          r"bit\), more than 2% off; choose another clock or baud rate$"):
         clocks_per_bit(1_000_000, 180_000)
     assert clocks_per_bit(25_000_000, 115_200) == 217
+
+
+# -- BoardCore's Verilog: lint, and cocotb through the UART pins ------------------------------
+
+def _board_qm():
+    from random_ir import random_ir
+
+    from hardwire.quant.quantize import quantize
+
+    ir = random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=16, layers=1, seed=3)
+    return quantize(ir, "int8", context=16)
+
+
+@pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
+def test_board_verilog_lints(tmp_path):
+    from hardwire.boards.core import BoardCore
+    from hardwire.boards.sim_board import TOP_NAME, write_board_verilog
+    from hardwire.sim.tools import lint
+
+    core = BoardCore(_board_qm(), lanes=8, storage="rom", clk_hz=8 * 115_200, baud=115_200)
+    result = lint(write_board_verilog(core, tmp_path), TOP_NAME)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
+def test_board_uart_cocotb(tmp_path):
+    from hardwire.boards.sim_board import simulate_board
+    from hardwire.quant.reference import ReferenceDecoder
+
+    qm = _board_qm()
+    prompt, n = [3, 7, 1], 4
+    garbage = bytes(random.Random(5).randrange(256) for _ in range(24))
+    start = time.time()
+    sim = simulate_board(qm, tmp_path, prompt=prompt, n=n, garbage=garbage)
+    print(f"board cocotb: convert {sim.convert_seconds} s, build {sim.build_seconds} s, run {sim.run_seconds} s, "
+          f"total {time.time() - start:.1f} s; replies to garbage: {sim.result['garbage_replies']}")
+    reference = ReferenceDecoder(qm).generate(prompt, n)
+    assert sim.result["first"] == reference and sim.result["second"] == reference
+    assert sim.result["garbage_replies"] and all(r.startswith("ERROR ") for r in sim.result["garbage_replies"])
