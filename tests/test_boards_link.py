@@ -145,13 +145,15 @@ def test_frame_errors():
         (protocol.frame(protocol.Op.LORA, b"\x00\x00\x00\x01"), 1, 0),  # no whole word
         (good[:3], 1, 0),  # a frame that stops part-way
         (b"\x00\x13\x37\xff", 1, TIMEOUT + 50),  # garbage: one error for the burst
+        (b"\x13\x37" + good[:2], 1, TIMEOUT + 50),  # garbage, then a frame that stops: still one error
         (protocol.generate(2), 1, 0),  # nothing fed since power-up
         (protocol.status(), 1, 0),  # still answers after all that
     ])
     assert [_ops(s) for s in steps] == [
         ["ERROR BAD_CRC"], ["ERROR UNKNOWN_OP"], ["ERROR BAD_LENGTH"], ["ERROR BAD_LENGTH"], ["ERROR BAD_LENGTH"],
-        ["ERROR BAD_LENGTH"], ["ERROR TIMEOUT"], ["ERROR GARBAGE"], ["ERROR NO_PREDICTION"], ["STATUS"]]
-    assert steps[9][0].status.tokens == 0  # no rejected frame fed anything
+        ["ERROR BAD_LENGTH"], ["ERROR TIMEOUT"], ["ERROR GARBAGE"], ["ERROR TIMEOUT"], ["ERROR NO_PREDICTION"],
+        ["STATUS"]]
+    assert steps[10][0].status.tokens == 0  # no rejected frame fed anything
 
 
 def test_token_errors_and_context_full():
