@@ -119,9 +119,13 @@ PROMPT, N = [3, 7, 1], 4
 def test_feed_generate_matches_reference():
     qm = _qm()
     ref = ReferenceDecoder(qm).generate(PROMPT, N)
-    steps = _session(qm, [(protocol.reset(), 1, 0), (_feed(PROMPT), 1, 0), (protocol.generate(N), N + 1, 0),
-                          (protocol.status(), 1, 0), (protocol.hello(), 1, 0)])
-    assert _ops(steps[0]) == ["ACK"] and _ops(steps[1]) == ["ACK"]
+    # the second FEED and the STATUS arrive while the first FEED runs: parsed into the other buffer
+    # bank, they wait for it, and the replies leave in order
+    steps = _session(qm, [(protocol.reset(), 1, 0),
+                          (_feed(PROMPT[:1]) + _feed(PROMPT[1:]) + protocol.status(), 3, 0),
+                          (protocol.generate(N), N + 1, 0), (protocol.status(), 1, 0), (protocol.hello(), 1, 0)])
+    assert _ops(steps[0]) == ["ACK"] and _ops(steps[1]) == ["ACK", "ACK", "STATUS"]
+    assert steps[1][2].status.tokens == len(PROMPT)
     assert [r.token for r in steps[2][:N]] == ref
     assert _ops(steps[2]) == ["TOKEN"] * N + ["ACK"]
     status = steps[3][0].status
