@@ -210,3 +210,49 @@ def test_board_uart_cocotb(tmp_path):
     reference = ReferenceDecoder(qm).generate(prompt, n)
     assert sim.result["first"] == reference and sim.result["second"] == reference
     assert sim.result["garbage_replies"] and all(r.startswith("ERROR ") for r in sim.result["garbage_replies"])
+
+
+def test_board_core_leds():
+    """BoardCore in Amaranth's simulator through its pins: heartbeat period, busy while decoding,
+    token and error LEDs stretched to LED_STRETCH_S (here 40 cycles at an 800 Hz clock)."""
+    from hardwire.boards import protocol
+    from hardwire.boards.core import LED_BUSY, LED_ERROR, LED_HEARTBEAT, LED_TOKEN, BoardCore
+
+    core = BoardCore(_board_qm(), lanes=8, storage="rom", clk_hz=800, baud=100)
+    assert core.divisor == 8 and core.timeout == 32 * 10 * 8
+    trace: list[int] = []
+    stop: list[bool] = []
+
+    async def host(ctx):
+        ctx.set(core.rx, 1)
+        await ctx.tick().repeat(20)
+        bad = protocol.status()[:-1] + b"\x00"  # bad CRC: an ERROR reply
+        for byte in bad + b"".join(protocol.feed([2])) + protocol.generate(1):
+            await _drive_frame(ctx, core.rx, core.divisor, byte, stop=1)
+        await ctx.tick().repeat(4000)  # the GENERATE token is decoded and the last replies leave
+        stop.append(True)
+
+    async def watch(ctx):
+        while not stop:
+            _, _, leds = await ctx.tick().sample(core.leds)
+            trace.append(int(leds))
+
+    run(core, host, watch, deadline_cycles=200_000)
+
+    def runs(bit: int) -> list[int]:
+        """Lengths of the runs of cycles with LED `bit` on."""
+        out, length = [], 0
+        for value in [*trace, 0]:
+            if value >> bit & 1:
+                length += 1
+            elif length:
+                out.append(length)
+                length = 0
+        return out
+
+    heartbeat = runs(LED_HEARTBEAT)
+    assert heartbeat[1:-1] and all(n == 256 for n in heartbeat[1:-1])  # 9-bit counter: 256 on, 256 off
+    assert len(runs(LED_ERROR)) == 1 and runs(LED_ERROR)[0] >= 40
+    assert len(runs(LED_TOKEN)) == 1 and runs(LED_TOKEN)[0] >= 40
+    busy = runs(LED_BUSY)  # two tokens decoded (the FEED's, the GENERATE's), maybe in one stretched run
+    assert 1 <= len(busy) <= 2 and sum(busy) > 100 and not trace[-1] >> LED_BUSY & 1
