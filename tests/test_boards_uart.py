@@ -256,3 +256,15 @@ def test_board_core_leds():
     assert len(runs(LED_TOKEN)) == 1 and runs(LED_TOKEN)[0] >= 40
     busy = runs(LED_BUSY)  # two tokens decoded (the FEED's, the GENERATE's), maybe in one stretched run
     assert 1 <= len(busy) <= 2 and sum(busy) > 100 and not trace[-1] >> LED_BUSY & 1
+
+
+def test_board_core_bad_arguments():
+    from hardwire.boards.core import BoardCore
+
+    qm = _board_qm()
+    with pytest.raises(ValueError, match=r"^timeout_bytes must be a positive integer, got 0$"):
+        BoardCore(qm, lanes=8, storage="rom", clk_hz=12_000_000, baud=115_200, timeout_bytes=0)
+    with pytest.raises(ValueError, match=r"^a 12000000 Hz clock cannot make 4000000 baud: 3 clocks per bit"):
+        BoardCore(qm, lanes=8, storage="rom", clk_hz=12_000_000, baud=4_000_000)
+    with pytest.raises(ValueError, match=r"^lanes must be a power of two from 1 to 64, got 3$"):
+        BoardCore(qm, lanes=3, storage="rom", clk_hz=12_000_000, baud=115_200)
