@@ -289,7 +289,11 @@ def _error(code: Error) -> bytes:
 
 
 def _cycle_estimator(qm: QModel, lanes: int) -> Callable[[int], int]:
-    """STATUS's cycle count: the build report's per-token estimate (the emulator has no clock)."""
+    """STATUS's cycle count: the sum of the build report's per-token estimates.
+
+    The chip reports a free-running clock counter; the emulator has no clock, so it counts
+    only the cycles its decoding would have taken (idle time between commands is not in it).
+    """
     from ..rtl.build import cycles_per_token_estimate
 
     return lambda position: cycles_per_token_estimate(qm, lanes, position)

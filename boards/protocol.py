@@ -134,7 +134,7 @@ def hello() -> bytes:
 @dataclass(frozen=True)
 class Status:
     tokens: int  # tokens the decoder consumed since power-up
-    cycles: int  # clock cycles the decoder spent decoding since power-up
+    cycles: int  # the chip's free-running clock counter since reset (the emulator counts decoding cycles only)
     position: int  # position of the next token in the current sequence
     flags: Flag
 
