@@ -61,7 +61,18 @@ def sweep_point(ir: object, qm: object, lanes: int, args: argparse.Namespace, lo
            "estimate_cycles": report.cycles_per_token_estimate, "simulated_tokens_per_s": fed / sim.run_seconds,
            "stages": stages, "weight_bits": report.weight_bits, "params": report.params}
     placed = build / f"build_{args.board}.json"
-    if args.board and before == _digest(build / "decoder.v") and placed.exists():
+    fit = None
+    if args.board:
+        from hardwire.boards.parts import estimate  # the board flow's fit check (issue 6)
+
+        needs = estimate(build, args.board)
+        row |= {"bram_estimate": needs.blocks, "bram_available": needs.part.bram_blocks}
+        if needs.problems():
+            row["does_not_fit"] = "; ".join(needs.problems())
+            log(f"  lanes {lanes}: does not fit the {needs.part.title}: {needs.summary()}")
+    if "does_not_fit" in row:
+        pass
+    elif args.board and before == _digest(build / "decoder.v") and placed.exists():
         # compiles are byte-identical, so an earlier place and route of this Verilog still holds
         log(f"  lanes {lanes}: reusing {placed} (same Verilog)")
         fit = json.loads(placed.read_text())
@@ -73,8 +84,6 @@ def sweep_point(ir: object, qm: object, lanes: int, args: argparse.Namespace, lo
         start = time.time()
         fit = build_board(build, args.board)
         stages["place_and_route_s"] = round(time.time() - start, 1)
-    else:
-        fit = None
     if fit is not None:
         count, width = BRAM_PORTS[args.board]
         bound = report.weight_bits / (count * width)
@@ -93,7 +102,9 @@ def table(result: dict) -> str:
              "tokens/s | BRAM-bandwidth share | sim tokens/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         board = (f"{r['luts']:,} | {r['ffs']:,} | {r['brams']} | {r['dsps']} | {r['fmax_mhz']:.1f} | "
-                 f"{r['tokens_per_s']:,.0f} | {100 * r['bram_bound_share']:.1f}%") if "luts" in r else "— | — | — | — | — | — | —"
+                 f"{r['tokens_per_s']:,.0f} | {100 * r['bram_bound_share']:.1f}%") if "luts" in r else (
+                 f"does not fit: {r['bram_estimate']} of {r['bram_available']} BRAM | | | | | |" if "does_not_fit" in r
+                 else "— | — | — | — | — | — | —")
         lines.append(f"| {r['lanes']} | {r['cycles_per_token']:,.0f} | {r['cycles_per_token'] / r['lane_bound_cycles']:.2f}× | "
                      f"{100 * r['lane_utilisation']:.1f}% | {board} | {r['simulated_tokens_per_s']:.1f} |")
     lines += ["", "| lanes | generate Verilog s | Verilator build s | simulation s | place and route s |",
@@ -113,6 +124,10 @@ def table(result: dict) -> str:
             lines.append(f"\nchip at {best['lanes']} lanes: {best['tokens_per_s']:,.0f} tokens/s = "
                          f"{best['tokens_per_s'] / result['cpu_float_tokens_per_s']:.1f}× the fastest CPU float decode "
                          f"({result['cpu_float_tokens_per_s']:,.0f} tokens/s)")
+            ints = [r["tokens_per_s"] for r in cpu["rows"] if r.get("tokens_per_s") and "integer" in r["name"]]
+            if ints:
+                lines.append(f"chip at {best['lanes']} lanes = {best['tokens_per_s'] / ints[0]:.1f}× the CPU integer "
+                             f"reference ({ints[0]:,.0f} tokens/s)")
     return "\n".join(lines)
 
 
