@@ -17,14 +17,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from ..progress import heartbeat, tail
 from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
 
 NAME = "top"  # the design's name inside board_<board>/: top.bit / top.bin, top.tim (nextpnr log), top.rpt (yosys log)
-HEARTBEAT_S = 30.0  # how often a long-running tool reports that it is still at work
 
 
 def tool_command(tool: str) -> str:
@@ -45,43 +44,25 @@ def _run_tool(argv: list[str], cwd: Path, log: Path | None, label: str, progress
     start = time.time()
     with out_path.open("w") as out:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
-        done = threading.Event()
-
-        def heartbeat() -> None:
-            while not done.wait(HEARTBEAT_S):
-                step = _last_step(log if log is not None and log.exists() else out_path)
-                print(f"  {label}: still working, {time.time() - start:.0f} s{': ' + step if step else ''}", flush=True)
-
-        watcher = threading.Thread(target=heartbeat, daemon=True)
-        if progress:
-            watcher.start()
+        step = lambda: _last_step(log if log is not None and log.exists() else out_path)  # noqa: E731
         try:
-            code = proc.wait()
+            with heartbeat(label, enabled=progress, detail=step):
+                code = proc.wait()
         finally:  # an interrupt (Ctrl-C) must not leave the tool running
-            done.set()
             if proc.poll() is None:
                 proc.kill()
     elapsed = time.time() - start
     if code != 0:
-        tail = "\n".join(_tail(out_path, 25))
-        raise RuntimeError(f"{label} failed (exit {code}) after {elapsed:.0f} s; the last lines of {out_path}:\n{tail}")
+        lines = "\n".join(tail(out_path, 25))
+        raise RuntimeError(f"{label} failed (exit {code}) after {elapsed:.0f} s; the last lines of {out_path}:\n{lines}")
     if progress:
         print(f"  {label}: done in {elapsed:.0f} s", flush=True)
     return elapsed
 
 
-def _tail(path: Path, n: int) -> list[str]:
-    """The last n lines, read from the file's end: a large design's yosys log runs to hundreds of megabytes."""
-    with path.open("rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - 256 * n))
-        text = f.read().decode(errors="replace")
-    return [line.rstrip() for line in text.splitlines()[-n:]]
-
-
 def _last_step(path: Path) -> str:
     """The latest line of a log that names a step: a yosys pass ("2.28. Executing ...") or a nextpnr Info line."""
-    for line in reversed(_tail(path, 200)):
+    for line in reversed(tail(path, 200)):
         line = line.strip()
         step = line.startswith("Info: ") and any(word in line.lower() for word in ("iter", "plac", "rout", "running"))
         if " Executing " in line or step:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..progress import heartbeat, tail
 from ..quant.qmodel import QModel
 from ..quant.reference import LoraAdapter, LoraSet, ReferenceDecoder
 from ..rtl.build import TOP_NAME, macs_per_token
@@ -138,11 +139,20 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
     sim_build = build / f"sim_build_{simulator}{'' if optimise else '_quick'}{'_vcd' if waves else ''}"
     runner = get_runner(simulator)
     start = time.time()
+    log = sim_build / "build.log"
     if progress:
-        print(f"building {build / 'decoder.v'} with {simulator} ...", flush=True)
+        print(f"building {build / 'decoder.v'} with {simulator} (log in {log}) ...", flush=True)
     build_args = list(LINT_WAIVERS) if simulator == "verilator" else []
-    runner.build(sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=sim_build,
-                 build_args=build_args, waves=waves, always=False)
+    sim_build.mkdir(parents=True, exist_ok=True)
+    try:
+        with heartbeat(f"{simulator} build", enabled=progress):
+            runner.build(sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=sim_build,
+                         build_args=build_args, waves=waves, always=False, log_file=log)
+    except RuntimeError as e:  # cocotb's runner: "Command failed with return code: N"
+        lines = "\n".join(tail(log, 25))
+        raise RuntimeError(f"the {simulator} build failed ({e}); the last lines of {log}:\n{lines}") from None
+    if progress:
+        print(f"  {simulator} build: done in {time.time() - start:.0f} s", flush=True)
     built = time.time()
     result_path = build / "sim_result.json"
     result_path.unlink(missing_ok=True)

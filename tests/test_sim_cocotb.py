@@ -158,6 +158,20 @@ def test_cli_sim_refuses_a_folder_that_is_not_a_build(tmp_path, capsys):
                                        f"{tmp_path}`\n")
 
 
+def test_a_verilog_that_does_not_build_says_so_with_the_log_tail(small_build, tmp_path):
+    _, path = small_build
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken, ignore=shutil.ignore_patterns("sim_build*"))
+    verilog = broken / "decoder.v"
+    verilog.write_text(verilog.read_text() + "\nmodule broken(; endmodule\n")
+    with pytest.raises(RuntimeError) as failure:
+        simulate(broken, [3], 1, optimise=False, progress=False)
+    message = str(failure.value)
+    assert message.startswith("the verilator build failed (Command failed with return code: ")
+    assert f"the last lines of {broken / 'sim_build_verilator_quick' / 'build.log'}:" in message
+    assert "decoder.v" in message.split(":\n", 1)[1]  # the tail names the file with the error
+
+
 @pytest.mark.skipif(shutil.which("iverilog") is not None, reason="Icarus Verilog is installed")
 def test_icarus_asked_for_but_absent_is_a_clear_error(small_build, capsys):
     _, path = small_build
