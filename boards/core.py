@@ -75,7 +75,7 @@ class BoardCore(wiring.Component):
         wiring.connect(m, link.lora, dec.lora)
         m.d.comb += [link.status.eq(dec.status), rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
 
-        # LEDs: a heartbeat at about 1 Hz, and each event stretched to LED_STRETCH_S
+        # LEDs: a heartbeat blinking with a period of 0.5–1 s, and each event stretched to LED_STRETCH_S
         beat = Signal(max(1, (self.clk_hz // 2).bit_length()))
         m.d.sync += beat.eq(beat + 1)
         m.d.comb += self.leds[LED_HEARTBEAT].eq(beat[-1])

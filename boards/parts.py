@@ -3,10 +3,12 @@
 A model that cannot fit should be refused in a second with the figures that say why, not
 after forty minutes of place and route. The check rebuilds, from the build folder's QModel
 and report.json, the list of memories the Decoder reads synchronously (the only ones
-synthesis puts in block RAM: weight ROMs, KV cache, LoRA A, activation buffers) and counts
+synthesis puts in block RAM: weight ROMs, KV cache, LoRA A, activation buffers, the norm,
+softmax, activation and RoPE tables, the host link's frame buffer) and counts
 the block RAMs each needs in the best of the part's aspect ratios, the way yosys's memory
 mapper packs them. Memories read combinationally (LoRA B, residual, parameter ROMs) become
-LUT RAM or logic and are counted by synthesis, not here.
+LUT RAM or logic and are counted by synthesis, not here; so are the per-row multiplier and
+shift ROMs of the projections.
 """
 
 from __future__ import annotations
