@@ -163,15 +163,30 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
     spec_path.write_text(json.dumps(spec))
     if progress:
         fed = sum(len(s["prompt"]) + s["n"] - 1 for s in spec_steps if s["kind"] == "generate")
-        print(f"simulating {len(spec_steps)} steps ({fed} tokens through the decoder) ...", flush=True)
+        print(f"simulating {len(spec_steps)} steps ({fed} tokens through the decoder; log in {sim_build / 'sim.log'}) ...",
+              flush=True)
     pythonpath = os.pathsep.join(p for p in sys.path if p)
-    runner.test(test_module="hardwire.sim.tb_decoder", hdl_toplevel=TOP_NAME, build_dir=sim_build,
-                test_dir=sim_build, waves=waves,
-                extra_env={"HARDWIRE_SIM_SPEC": str(spec_path), "PYTHONPATH": pythonpath})
+    sim_log = sim_build / "sim.log"
+    # cocotb's runner calls sys.exit when the simulator fails, and under pytest also when a cocotb test fails;
+    # hide pytest from it so that a token mismatch comes back as a record here, as it does from the CLI
+    under_pytest = os.environ.pop("PYTEST_CURRENT_TEST", None)
+    try:
+        with heartbeat("simulation", enabled=progress):
+            runner.test(test_module="hardwire.sim.tb_decoder", hdl_toplevel=TOP_NAME, build_dir=sim_build,
+                        test_dir=sim_build, waves=waves, log_file=sim_log,
+                        extra_env={"HARDWIRE_SIM_SPEC": str(spec_path), "PYTHONPATH": pythonpath})
+    except SystemExit as e:  # the simulator itself failed (a crash or a watchdog, not a token mismatch)
+        lines = "\n".join(tail(sim_log, 25))
+        raise RuntimeError(f"the {simulator} simulation failed (exit {e.code}); the last lines of {sim_log}:\n"
+                           f"{lines}") from None
+    finally:
+        if under_pytest is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = under_pytest
     if waves:
         Path(wave).write_bytes((sim_build / "dump.vcd").read_bytes())
     if not result_path.exists():
-        raise RuntimeError(f"the cocotb test wrote no result; see the simulator output above ({sim_build})")
+        lines = "\n".join(tail(sim_log, 25))
+        raise RuntimeError(f"the cocotb test wrote no result; the last lines of {sim_log}:\n{lines}")
     records = json.loads(result_path.read_text())
     return records, round(built - start, 1), round(time.time() - built, 1)
 

@@ -158,6 +158,22 @@ def test_cli_sim_refuses_a_folder_that_is_not_a_build(tmp_path, capsys):
                                        f"{tmp_path}`\n")
 
 
+def test_a_verilog_that_disagrees_with_the_reference_fails(small_build, tmp_path, capsys):
+    """The comparison can fail: the reference's head rows rolled by one, the Verilog's left as built."""
+    _, path = small_build
+    tampered = tmp_path / "tampered"
+    shutil.copytree(path, tampered, ignore=shutil.ignore_patterns("sim_build*"))
+    arrays = dict(np.load(tampered / "qmodel.npz"))
+    heads = [name for name in arrays if name.startswith("head.")]
+    assert "head.codes" in heads
+    np.savez(tampered / "qmodel.npz", **{k: np.roll(v, 1, axis=0) if k in heads else v for k, v in arrays.items()})
+    assert main(["sim", str(tampered), "--prompt-ids", "3,7", "-n", "4"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: reference decodes [" in out
+    record = json.loads((tampered / "sim.json").read_text())
+    assert record["match"] is False and record["tokens"] != record["reference_tokens"]
+
+
 def test_a_verilog_that_does_not_build_says_so_with_the_log_tail(small_build, tmp_path):
     _, path = small_build
     broken = tmp_path / "broken"
