@@ -33,6 +33,32 @@ async def receive(ctx, port, count: int, rng: random.Random | None = None, stall
     return out
 
 
+async def send_timed(ctx, port, payloads: Iterable[object], accepted: list[int]) -> None:
+    """Drive a stream with no idle cycles; append the cycle (from 1) at which each payload was accepted."""
+    cycle = 0
+    ctx.set(port.valid, 1)
+    for payload in payloads:
+        ctx.set(port.payload, payload)
+        while True:
+            _, _, ready = await ctx.tick().sample(port.ready)
+            cycle += 1
+            if ready:
+                accepted.append(cycle)
+                break
+    ctx.set(port.valid, 0)
+
+
+async def receive_timed(ctx, port, count: int, taken: list[tuple[int, object]]) -> None:
+    """Hold ready high until `count` payloads are taken; append (cycle from 1, payload) for each."""
+    ctx.set(port.ready, 1)
+    cycle = 0
+    while len(taken) < count:
+        _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload)
+        cycle += 1
+        if valid:
+            taken.append((cycle, payload))
+
+
 def run(dut, *testbenches, deadline_cycles: int = 1_000_000, vcd: str | None = None) -> None:
     """Simulate until every testbench returns; fail (instead of hanging) after deadline_cycles clocks."""
     sim = Simulator(dut)

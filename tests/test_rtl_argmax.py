@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 from amaranth.back import verilog
-from rtl_sim import receive, run, send
+from rtl_sim import receive, receive_timed, run, send, send_timed
 
 from hardwire.quant import blocks
 from hardwire.rtl.argmax import Argmax
@@ -74,27 +74,11 @@ def test_argmax_one_value_per_cycle():
     emitted: list[tuple[int, int]] = []
 
     async def producer(ctx):
-        ctx.set(dut.i.valid, 1)
-        cycle = 0
-        for r in rows:
-            for t, v in enumerate(r):
-                ctx.set(dut.i.payload, {"value": v, "last": int(t == len(r) - 1)})
-                while True:
-                    _, _, ready = await ctx.tick().sample(dut.i.ready)
-                    cycle += 1
-                    if ready:
-                        accepted.append(cycle)
-                        break
-        ctx.set(dut.i.valid, 0)
+        await send_timed(ctx, dut.i, [{"value": v, "last": int(t == len(r) - 1)} for r in rows for t, v in enumerate(r)],
+                         accepted)
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
-        while len(emitted) < len(rows):
-            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            cycle += 1
-            if valid:
-                emitted.append((cycle, payload))
+        await receive_timed(ctx, dut.o, len(rows), emitted)
 
     run(dut, producer, consumer)
     assert accepted == list(range(1, 10))

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 from amaranth.back import verilog
-from rtl_sim import receive, run, send
+from rtl_sim import receive, run, send, send_timed
 
 from hardwire.quant.blocks import bit_length, norm
 from hardwire.quant.tables import rsqrt_table
@@ -115,17 +115,7 @@ def test_norm_cycles_per_vector(kind):
     produced: list[int] = []  # cycle of each taken output
 
     async def producer(ctx):
-        cycle = 0
-        for v in (v for row in xs for v in row):
-            ctx.set(dut.i.payload, v)
-            ctx.set(dut.i.valid, 1)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.i.ready)
-                cycle += 1
-                if ready:
-                    accepted.append(cycle)
-                    break
-        ctx.set(dut.i.valid, 0)
+        await send_timed(ctx, dut.i, [v for row in xs for v in row], accepted)
 
     async def consumer(ctx):
         ctx.set(dut.o.ready, 1)

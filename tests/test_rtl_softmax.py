@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 from amaranth.back import verilog
-from rtl_sim import receive, run, send
+from rtl_sim import receive, receive_timed, run, send, send_timed
 
 from hardwire.quant import blocks
 from hardwire.quant.fixedpoint import multiplier
@@ -130,31 +130,16 @@ def test_softmax_cycles_per_row(n):
     dut = Softmax(16, *multiplier(0.01))
     rows = 3
     accepted: list[int] = []
-    emitted: list[int] = []
+    taken: list[tuple[int, object]] = []
 
     async def producer(ctx):
-        ctx.set(dut.i.valid, 1)
-        cycle = 0
-        for k in range(rows * n):
-            ctx.set(dut.i.payload, {"score": k, "last": int(k % n == n - 1)})
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.i.ready)
-                cycle += 1
-                if ready:
-                    accepted.append(cycle)
-                    break
-        ctx.set(dut.i.valid, 0)
+        await send_timed(ctx, dut.i, [{"score": k, "last": int(k % n == n - 1)} for k in range(rows * n)], accepted)
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
-        while len(emitted) < rows * n:
-            _, _, valid = await ctx.tick().sample(dut.o.valid)
-            cycle += 1
-            if valid:
-                emitted.append(cycle)
+        await receive_timed(ctx, dut.o, rows * n, taken)
 
     run(dut, producer, consumer)
+    emitted = [cycle for cycle, _ in taken]
     firsts = accepted[::n]
     assert [b - a for a, b in itertools.pairwise(firsts)] == [3 * n + 21] * (rows - 1)
     assert accepted[:n] == list(range(1, n + 1))  # one score per cycle
