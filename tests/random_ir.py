@@ -36,3 +36,19 @@ def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: in
     return ModelIR(config=config, embed=embed, layers=blocks, final_norm=norm(),
                    head=Linear(embed) if llama else Linear(w(vocab, d)),
                    pos_embed=None if llama else (rng.normal(size=(context, d)) * 0.3).astype(np.float32))
+
+
+def random_adapters(qm, seed: int, zero: bool = False) -> dict:
+    """A LoRA adapter on every slot of qm's address map (random, or all-zero with the same shapes)."""
+    from hardwire.quant.lora import quantize_lora
+    from hardwire.rtl.lora_map import lora_address_map
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for slot in lora_address_map(qm):
+        a = rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
+        b = rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
+        if zero:
+            a, b = np.zeros_like(a), np.zeros_like(b)
+        out[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
+    return out

@@ -59,6 +59,46 @@ async def receive_timed(ctx, port, count: int, taken: list[tuple[int, object]]) 
             taken.append((cycle, payload))
 
 
+def decode(dut, feed: list[tuple[int, bool]], generate: int, rng: random.Random,
+           lora_writes: Iterable[tuple[int, int]] = (), deadline_cycles: int = 200_000) -> tuple[list[int], list]:
+    """Drive a Decoder: LoRA words through its write port (random gaps), then feed tokens (token, new_seq)
+    and generate by feeding each output back, with random output backpressure. -> outputs, [(tokens, cycles)]."""
+    outputs: list[int] = []
+    status: list = []
+
+    async def testbench(ctx):
+        for addr, value in lora_writes:
+            ctx.set(dut.lora.payload, {"addr": addr, "data": value})
+            ctx.set(dut.lora.valid, 1)
+            await ctx.tick().until(dut.lora.ready)
+            if rng.random() < 0.3:
+                ctx.set(dut.lora.valid, 0)
+                await ctx.tick()
+        ctx.set(dut.lora.valid, 0)
+
+        async def one(token: int, new_seq: bool) -> int:
+            ctx.set(dut.tokens.payload, {"token": token, "new_seq": new_seq})
+            ctx.set(dut.tokens.valid, 1)
+            await ctx.tick().until(dut.tokens.ready)
+            ctx.set(dut.tokens.valid, 0)
+            while True:
+                ready = rng.random() < 0.7  # output backpressure
+                ctx.set(dut.out.ready, ready)
+                _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+                if ready and valid:
+                    ctx.set(dut.out.ready, 0)
+                    return int(payload)
+
+        for token, new_seq in feed:
+            outputs.append(await one(token, new_seq))
+        for _ in range(generate):
+            outputs.append(await one(outputs[-1], False))
+        status.append((ctx.get(dut.status.tokens), ctx.get(dut.status.cycles)))
+
+    run(dut, testbench, deadline_cycles=deadline_cycles)
+    return outputs, status
+
+
 def run(dut, *testbenches, deadline_cycles: int = 1_000_000, vcd: str | None = None) -> None:
     """Simulate until every testbench returns; fail (instead of hanging) after deadline_cycles clocks."""
     sim = Simulator(dut)

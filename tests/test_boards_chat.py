@@ -11,16 +11,14 @@ import tty
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from random_ir import random_ir
+from random_ir import random_adapters, random_ir
 
 from hardwire.boards import protocol
 from hardwire.boards.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
 from hardwire.boards.emulator import EmulatedDevice, PtyEmulator
 from hardwire.boards.protocol import Error, Flag, Hello, Op, Reply
 from hardwire.cli import main
-from hardwire.quant.lora import quantize_lora
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.build import compile_to
@@ -302,21 +300,9 @@ def test_no_prediction(link):
     assert err.value.code == Error.NO_PREDICTION
 
 
-def _adapters(qm, seed: int, zero: bool = False) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for slot in lora_address_map(qm):
-        a = rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
-        b = rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
-        if zero:
-            a, b = np.zeros_like(a), np.zeros_like(b)
-        out[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
-    return out
-
-
 def test_lora_written_over_the_link_decodes_like_the_reference(qm, link):
     lk = link()
-    adapters = _adapters(qm, 5)
+    adapters = random_adapters(qm, 5)
     expected = ReferenceDecoder(qm, lora=adapters).generate(PROMPT, 12)
     assert expected != ReferenceDecoder(qm).generate(PROMPT, 12)  # the adapters change the tokens
     writes = lora_writes(qm, 8, adapters)
@@ -325,7 +311,7 @@ def test_lora_written_over_the_link_decodes_like_the_reference(qm, link):
     lk.client.reset()  # LoRA SRAM survives RESET
     lk.client.feed(PROMPT)
     assert list(lk.client.generate(12)) == expected
-    lk.client.write_lora(lora_writes(qm, 8, _adapters(qm, 0, zero=True)))
+    lk.client.write_lora(lora_writes(qm, 8, random_adapters(qm, 0, zero=True)))
     lk.client.reset()
     lk.client.feed(PROMPT)
     assert list(lk.client.generate(12)) == ReferenceDecoder(qm).generate(PROMPT, 12)
@@ -336,7 +322,7 @@ def test_lora_addresses_wrap_and_padding_is_ignored(qm, link):
     lk = link()
     slots = lora_address_map(qm)
     bits = (slots[-1].end - 1).bit_length()
-    adapters = _adapters(qm, 5)
+    adapters = random_adapters(qm, 5)
     writes = [((1 << bits) * 3 + addr, word) for addr, word in lora_writes(qm, 8, adapters)]  # above the port's width
     noise = [(addr, 0x7F) for addr in range(slots[-1].end, 1 << bits)]  # unmapped
     lk.client.write_lora(writes + noise)

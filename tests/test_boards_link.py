@@ -3,19 +3,17 @@ protocol.py's bytes and answered in frames parsed by protocol.FrameParser."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from amaranth.hdl import Module
-from random_ir import random_ir
+from random_ir import random_adapters, random_ir
 
 from hardwire.boards import protocol
 from hardwire.boards.host_link import HostLink
 from hardwire.boards.protocol import Reply
-from hardwire.quant.lora import quantize_lora
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.decoder import Decoder
-from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map, lora_writes
+from hardwire.rtl.lora_map import lora_addr_bits, lora_writes
 
 LANES = 8
 TIMEOUT = 300  # cycles of quiet line that end a frame or a garbage burst
@@ -210,12 +208,7 @@ def test_busy_and_reset_during_generate():
 
 def test_lora_write_then_generate():
     qm = _qm()
-    rng = np.random.default_rng(4)
-    adapters = {}
-    for slot in lora_address_map(qm):
-        a = rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
-        b = rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
-        adapters[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
+    adapters = random_adapters(qm, 4)
     assert adapters, "the test model has no LoRA slots"
     plain = ReferenceDecoder(qm).generate(PROMPT, 3)
     adapted = ReferenceDecoder(qm, lora=adapters).generate(PROMPT, 3)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 from random_ir import random_ir
-from rtl_sim import run
+from rtl_sim import decode, run
 
 from hardwire.quant import blocks
 from hardwire.quant.quantize import quantize
@@ -22,35 +22,6 @@ def _qmodel(family: str, scheme: str):
                        context=8, layers=1)
         _QM[family, scheme] = quantize(ir, scheme, context=8)
     return _QM[family, scheme]
-
-
-def decode(dut: Decoder, feed: list[tuple[int, bool]], generate: int, rng: random.Random) -> tuple[list[int], list]:
-    """Feed tokens (token, new_seq); then generate by feeding each output back. -> outputs, status."""
-    outputs: list[int] = []
-    status: list = []
-
-    async def testbench(ctx):
-        async def one(token: int, new_seq: bool) -> int:
-            ctx.set(dut.tokens.payload, {"token": token, "new_seq": new_seq})
-            ctx.set(dut.tokens.valid, 1)
-            await ctx.tick().until(dut.tokens.ready)
-            ctx.set(dut.tokens.valid, 0)
-            while True:
-                ready = rng.random() < 0.7  # output backpressure
-                ctx.set(dut.out.ready, ready)
-                _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-                if ready and valid:
-                    ctx.set(dut.out.ready, 0)
-                    return int(payload)
-
-        for token, new_seq in feed:
-            outputs.append(await one(token, new_seq))
-        for _ in range(generate):
-            outputs.append(await one(outputs[-1], False))
-        status.append((ctx.get(dut.status.tokens), ctx.get(dut.status.cycles)))
-
-    run(dut, testbench, deadline_cycles=100_000)
-    return outputs, status
 
 
 def reference_outputs(qm, feed: list[tuple[int, bool]], generate: int) -> list[int]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 import torch
-from random_ir import random_ir
-from rtl_sim import run
+from random_ir import random_adapters, random_ir
+from rtl_sim import decode, run
 
 from hardwire.quant import blocks
-from hardwire.quant.lora import quantize_lora
 from hardwire.quant.qmodel import LoraSpec
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import LoraAdapter, ReferenceDecoder
@@ -31,51 +29,8 @@ def _qmodel(family: str):
     return _QM[family]
 
 
-def _adapters(qm, seed: int, zero: bool = False) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for slot in lora_address_map(qm):
-        a = rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
-        b = rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
-        if zero:
-            a, b = np.zeros_like(a), np.zeros_like(b)
-        out[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
-    return out
-
-
 def _decode(dut: Decoder, writes: list[tuple[int, int]], rng: random.Random) -> list[int]:
-    outputs: list[int] = []
-
-    async def testbench(ctx):
-        for addr, value in writes:
-            ctx.set(dut.lora.payload, {"addr": addr, "data": value})
-            ctx.set(dut.lora.valid, 1)
-            await ctx.tick().until(dut.lora.ready)
-            if rng.random() < 0.3:
-                ctx.set(dut.lora.valid, 0)
-                await ctx.tick()
-        ctx.set(dut.lora.valid, 0)
-
-        async def one(token: int, new_seq: bool) -> int:
-            ctx.set(dut.tokens.payload, {"token": token, "new_seq": new_seq})
-            ctx.set(dut.tokens.valid, 1)
-            await ctx.tick().until(dut.tokens.ready)
-            ctx.set(dut.tokens.valid, 0)
-            while True:
-                ready = rng.random() < 0.7
-                ctx.set(dut.out.ready, ready)
-                _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-                if ready and valid:
-                    ctx.set(dut.out.ready, 0)
-                    return int(payload)
-
-        for token, new_seq in FEED:
-            outputs.append(await one(token, new_seq))
-        for _ in range(GENERATE):
-            outputs.append(await one(outputs[-1], False))
-
-    run(dut, testbench, deadline_cycles=200_000)
-    return outputs
+    return decode(dut, FEED, GENERATE, rng, lora_writes=writes)[0]
 
 
 def _reference(qm, lora=None) -> list[int]:
@@ -100,14 +55,14 @@ def test_no_writes_is_the_base_model(family, lanes):
 @pytest.mark.parametrize("family,lanes", [("llama", 4), ("gpt2", 2)])
 def test_zero_adapter_is_the_base_model(family, lanes):
     qm = _qmodel(family)
-    adapters = _adapters(qm, 0, zero=True)
+    adapters = random_adapters(qm, 0, zero=True)
     assert _decode(Decoder(qm, lanes=lanes), lora_writes(qm, lanes, adapters), random.Random(2)) == _reference(qm)
 
 
 @pytest.mark.parametrize("family,lanes,storage", [("llama", 4, "rom"), ("gpt2", 2, "logic"), ("llama", 8, "logic")])
 def test_random_adapters_match_the_reference(family, lanes, storage):
     qm = _qmodel(family)
-    adapters = _adapters(qm, 5)
+    adapters = random_adapters(qm, 5)
     expected = _reference(qm, adapters)
     assert expected != _reference(qm)  # the adapters change the tokens
     got = _decode(Decoder(qm, lanes=lanes, storage=storage), lora_writes(qm, lanes, adapters), random.Random(3))
@@ -116,7 +71,7 @@ def test_random_adapters_match_the_reference(family, lanes, storage):
 
 def test_adapter_then_zero_adapter_restores_the_base_model():
     qm = _qmodel("llama")
-    writes = lora_writes(qm, 4, _adapters(qm, 5)) + lora_writes(qm, 4, _adapters(qm, 0, zero=True))
+    writes = lora_writes(qm, 4, random_adapters(qm, 5)) + lora_writes(qm, 4, random_adapters(qm, 0, zero=True))
     assert _decode(Decoder(qm, lanes=4), writes, random.Random(4)) == _reference(qm)
 
 
@@ -127,13 +82,13 @@ def test_address_map_is_dense_per_slot():
     q = slots[0]
     assert (q.a_base, q.a_stride, q.b_base, q.b_stride, q.reg_base) == (0, 16, 64, 4, 128)
     assert slots[1].a_base == q.end == 132
-    writes = lora_writes(qm, 4, _adapters(qm, 5))
+    writes = lora_writes(qm, 4, random_adapters(qm, 5))
     assert len({addr for addr, _ in writes}) == len(writes) == (4 * 16 + 16 * 4 + 4) + (4 * 16 + 8 * 4 + 4)
 
 
 def test_lora_writes_rejects_bad_adapters():
     qm = _qmodel("llama")
-    good = _adapters(qm, 5)[0, "q"]
+    good = random_adapters(qm, 5)[0, "q"]
     bad = LoraAdapter(a=good.a[:, :-1], b=good.b, a_mult=good.a_mult, a_shift=good.a_shift, b_mult=good.b_mult,
                       b_shift=good.b_shift)
     with pytest.raises(ValueError, match=r"^LoRA for layers\.0\.q must be A \(4, 16\) and B \(16, 4\); "
@@ -181,7 +136,7 @@ def test_writes_are_refused_while_busy():
 
 def test_lora_map_matches_torch_int_codes():
     qm = _qmodel("gpt2")
-    adapter = _adapters(qm, 5)[0, "v"]
+    adapter = random_adapters(qm, 5)[0, "v"]
     assert adapter.a.dtype == torch.int64
     writes = dict(lora_writes(qm, 2, {(0, "v"): adapter}))
     slot = lora_address_map(qm)[1]
@@ -193,7 +148,7 @@ def test_lora_map_matches_torch_int_codes():
 def test_two_layers_each_slot_its_own_adapter():
     ir = random_ir(family="llama", d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2, seed=1)
     qm = quantize(ir, "int8", context=8, lora=LoraSpec(3, ("q", "o", "down")))
-    adapters = _adapters(qm, 7)
+    adapters = random_adapters(qm, 7)
     del adapters[0, "o"]  # one slot left at reset: the zero adapter
     expected = _reference(qm, adapters)
     assert expected != _reference(qm)
