@@ -59,7 +59,8 @@ def sweep_point(ir: object, qm: object, lanes: int, args: argparse.Namespace, lo
     row = {"lanes": lanes, "cycles_per_token": sim.cycles_per_token, "lane_utilisation": sim.lane_utilisation,
            "lane_bound_cycles": sum(sim.macs[-args.tokens:]) / args.tokens / lanes,
            "estimate_cycles": report.cycles_per_token_estimate, "simulated_tokens_per_s": fed / sim.run_seconds,
-           "stages": stages, "weight_bits": report.weight_bits, "params": report.params}
+           "stages": stages, "weight_bits": report.weight_bits, "params": report.params,
+           "positions": list(range(fed)), "cycles": sim.cycles, "macs": sim.macs}
     placed = build / f"build_{args.board}.json"
     fit = None
     if args.board:
@@ -143,7 +144,7 @@ def plot(result: dict, path: Path) -> bool:
     if not rows:
         return False
     lanes = [r["lanes"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right, third) = plt.subplots(1, 3, figsize=(15, 4))
     left.plot(lanes, [r["tokens_per_s"] for r in rows], "o-", label="chip (Fmax / cycles)")
     if result.get("cpu_float_tokens_per_s"):
         left.axhline(result["cpu_float_tokens_per_s"], color="grey", ls="--", label="CPU float, KV cache")
@@ -153,6 +154,12 @@ def plot(result: dict, path: Path) -> bool:
     right.plot(lanes, [r["luts"] for r in rows], "o-")
     right.set(xscale="log", xlabel="lanes", ylabel="LUTs", title=f"LUTs ({result['board']})")
     right.set_xticks(lanes, [str(x) for x in lanes])
+    for r in result["rows"]:  # every lanes setting simulated, placed or not
+        third.plot(r["positions"], [c * r["lanes"] / m for c, m in zip(r["cycles"], r["macs"], strict=True)],
+                   label=f"{r['lanes']} lanes")
+    third.axhline(1.15, color="grey", ls="--", label="aim 1.15×")
+    third.set(xlabel="position", ylabel="cycles ÷ (MACs / lanes)", title="cycles per token over the lane bound")
+    third.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True
@@ -164,7 +171,7 @@ def main() -> None:
     parser.add_argument("--lanes", default="4,8,16,32", help="comma-separated lanes settings")
     parser.add_argument("--quant", default="mixed36", choices=("int8", "mixed36", "mxfp4", "int4", "int3"))
     parser.add_argument("--weights", default="rom", choices=("rom", "logic"))
-    parser.add_argument("-n", "--tokens", type=int, default=16, help="tokens generated in each simulation")
+    parser.add_argument("-n", "--tokens", type=int, default=64, help="tokens generated in each simulation")
     parser.add_argument("--prompt", default="ROMEO:")
     parser.add_argument("--board", default="ulx3s", choices=tuple(BRAM_PORTS))
     parser.add_argument("--no-board", dest="board", action="store_const", const=None, help="skip place and route")

@@ -40,20 +40,26 @@ def cycles_per_token_estimate(qm: QModel, lanes: int, position: int) -> int:
     def matvec(rows: int, cols: int) -> int:
         return rows * chunks(cols) + _MV_OVERHEAD
 
-    norm = (3 * d + 12 if cfg.norm == "layer" else 2 * d + 11) + 3
+    # every norm is loaded by the residual write before it (embedding, O, DOWN); what is left is its tail:
+    # the sums' drain and the d outputs (LayerNorm: also its second pass over the vector)
+    norm = (2 * d + 13 if cfg.norm == "layer" else d + 12) + 3
     n = position + 1
     total = chunks(d) * (lanes + 1) * (2 if cfg.positions == "learned" else 1) + 4  # embedding (+ positions)
     for layer in qm.layers:
         total += 2 * norm
         total += sum(matvec(*getattr(layer, p).codes.shape) for p in ("q", "k", "v", "o", "up", "down"))
         total += matvec(*layer.gate.codes.shape) if layer.gate is not None else 0
-        total += (cfg.n_heads + cfg.n_kv_heads) * hd + 8 if cfg.positions == "rope" else (cfg.n_heads + cfg.n_kv_heads) * hd + 4
-        per_head = matvec(n, hd) + (3 * n + 21 + 3) + matvec(hd, n)
+        if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs
+            rope_q, rope_k = cfg.n_heads * hd + 4, cfg.n_kv_heads * hd + 4
+            total += max(0, rope_q - matvec(*layer.k.codes.shape)) + max(0, rope_k - matvec(*layer.v.codes.shape)) + 3
+        else:
+            total += (cfg.n_heads + cfg.n_kv_heads) * hd + 4
+        per_head = matvec(n, hd) + (2 * n + 20) + matvec(hd, n)  # the softmax loads while SCORES runs
         total += cfg.n_heads * per_head
         if qm.lora.rank:  # each adapted projection first runs LoRA A: rank rows over its inputs
             total += sum(matvec(qm.lora.rank, getattr(layer, site).codes.shape[1]) for site in qm.lora.sites
                          if getattr(layer, site) is not None)
-    total += norm + matvec(*qm.head.codes.shape) + 4
+    total += norm + matvec(*qm.head.codes.shape) + 8  # final norm, head, argmax, emit
     return total
 
 

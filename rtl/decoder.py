@@ -171,7 +171,7 @@ class Decoder(wiring.Component):
             m.submodules[f"kcache{i}"], m.submodules[f"vcache{i}"] = kcache[i], vcache[i]
         m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
         m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
-        m.submodules.raw = raw = Memory(shape=signed(8), depth=max(qdim, kvdim), init=[])
+        m.submodules.raw = raw = Memory(shape=signed(8), depth=qdim + kvdim, init=[])  # q, then k at qdim
         self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw": raw,  # for testbenches: state to inspect
                          **{f"kcache{i}": mem for i, mem in enumerate(kcache)},
                          **{f"vcache{i}": mem for i, mem in enumerate(vcache)}}
@@ -421,6 +421,9 @@ class Decoder(wiring.Component):
                      y16.eq(Mux(y_sum > 32767, 32767, Mux(y_sum < -32768, -32768, y_sum)))]
         dest_ready = Signal()
         m.d.comb += rescale.o.ready.eq(dest_ready)
+        # a residual update (O, DOWN) streams each new element straight into the next norm unit as well
+        resid_new, resid_took = Signal(signed(16)), Signal()
+        norm_fused, norm_in_ready = Signal(), Signal(init=1)
         took = Signal()
         m.d.comb += took.eq(rescale.o.valid & dest_ready)
         with m.If(took):
@@ -428,7 +431,8 @@ class Decoder(wiring.Component):
         glu_in_valid = Signal()
         with m.Switch(mv_mode):
             with m.Case(Mode.Q, Mode.K):
-                m.d.comb += [dest_ready.eq(1), raw_wr.addr.eq(row_out), raw_wr.data.eq(y8), raw_wr.en.eq(took)]
+                m.d.comb += [dest_ready.eq(1), raw_wr.addr.eq(row_out + Mux(mv_mode == Mode.K, qdim, 0)),
+                             raw_wr.data.eq(y8), raw_wr.en.eq(took)]
             with m.Case(Mode.V):  # transposed: row j of head g, column = position
                 m.d.comb += dest_ready.eq(1)
                 with m.Switch(layer_sel):
@@ -439,9 +443,10 @@ class Decoder(wiring.Component):
                             m.d.comb += [v_wr[i].data[j].eq(y8) for j in range(lanes)]
             with m.Case(Mode.RESID):
                 total = Signal(signed(18))
-                m.d.comb += [dest_ready.eq(1), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
-                             resid_wr.addr.eq(row_out), resid_wr.en.eq(took),
-                             resid_wr.data.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
+                m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
+                             resid_new.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total))),
+                             resid_wr.addr.eq(row_out), resid_wr.en.eq(took), resid_wr.data.eq(resid_new),
+                             resid_took.eq(took)]
             with m.Case(Mode.GATE):
                 m.d.comb += [dest_ready.eq(1), gate_wr.addr.eq(row_out), gate_wr.data.eq(y8), gate_wr.en.eq(took)]
             with m.Case(Mode.UP):
@@ -514,7 +519,12 @@ class Decoder(wiring.Component):
         for k, name in enumerate(norm_names):
             unit = norms[name]
             with m.If(norm_running & (norm_sel == k)):
-                m.d.comb += [unit.i.valid.eq(n_in < d), unit.i.payload.eq(resid_rd.data), unit.o.ready.eq(1)]
+                with m.If(norm_fused):  # fed by the residual update's epilogue, one element per row it writes
+                    m.d.comb += [unit.i.valid.eq(resid_took), unit.i.payload.eq(resid_new),
+                                 norm_in_ready.eq(unit.i.ready)]
+                with m.Else():  # fed from the residual memory (after the embedding)
+                    m.d.comb += [unit.i.valid.eq(n_in < d), unit.i.payload.eq(resid_rd.data)]
+                m.d.comb += unit.o.ready.eq(1)
                 with m.If(unit.i.valid & unit.i.ready):
                     m.d.sync += n_in.eq(n_in + 1)
                 with m.If(unit.o.valid):
@@ -531,8 +541,9 @@ class Decoder(wiring.Component):
         half = hd // 2
         if rope is not None:
             hi, ii = Signal(range(max(2, cfg.n_heads))), Signal(range(max(2, half)))
+            raw_base = Mux(rope_is_k, qdim, 0)
             m.d.comb += [hi.eq(pair_in // half), ii.eq(pair_in % half),
-                         raw_rd1.addr.eq(hi * hd + ii), raw_rd2.addr.eq(hi * hd + ii + half),
+                         raw_rd1.addr.eq(raw_base + hi * hd + ii), raw_rd2.addr.eq(raw_base + hi * hd + ii + half),
                          rope.i.valid.eq(rope_running & (pair_in < rope_pairs)), rope.i.payload.x1.eq(raw_rd1.data),
                          rope.i.payload.x2.eq(raw_rd2.data), rope.i.payload.pos.eq(position), rope.i.payload.pair.eq(ii)]
             with m.If(rope.i.valid & rope.i.ready):
@@ -551,6 +562,9 @@ class Decoder(wiring.Component):
                              second_val.eq(rope.o.payload.y2)]
             self._rope_writes(m, lanes, c_kv, rope_is_k, write_en, write_el, write_val, wr["qrot"], k_wr, layer_sel,
                               position)
+            # the rotation runs beside the schedule (q during the K projection, k during V): it ends itself
+            with m.If(rope_running & (pair_out == rope_pairs) & ~second):
+                m.d.sync += rope_running.eq(0)
         else:
             second = Const(0)
 
@@ -577,25 +591,34 @@ class Decoder(wiring.Component):
                     with m.Elif(new_pos >= ctx):
                         m.d.sync += [context_full.eq(1), busy.eq(0)]
                     with m.Else():
-                        m.d.sync += [token.eq(self.tokens.payload.token), emb_i.eq(0), emb_o.eq(0)]
+                        m.d.sync += [token.eq(self.tokens.payload.token), emb_i.eq(0), emb_o.eq(0),
+                                     # the embedding's last pass loads the first norm as it writes the residual
+                                     norm_running.eq(1), norm_sel.eq(norm_names.index("attn0")), n_in.eq(0),
+                                     n_out.eq(0), norm_fused.eq(1)]
                         m.next = "EMBED_READ"
             self._embed_states(m, embed, embed_scale, emb_rescale, token, emb_i, emb_o, emb_word, emb_shift,
                                resid_wr, resid_rd, d, "EMBED", "POS_READ" if pos_store is not None else "L0_NORM_ATTN",
-                               position=None)
+                               position=None, to_norm=None if pos_store is not None else (resid_new, resid_took))
             if pos_store is not None:
                 self._embed_states(m, pos_store, pos_scale, emb_rescale, position, emb_i, emb_o, emb_word, emb_shift,
-                                   resid_wr, resid_rd, d, "POS", "L0_NORM_ATTN", position=True)
+                                   resid_wr, resid_rd, d, "POS", "L0_NORM_ATTN", position=True,
+                                   to_norm=(resid_new, resid_took))
 
             def norm_state(name: str, key: str, nxt: str) -> None:
                 with m.State(name):
                     with m.If(~norm_running):
                         m.d.sync += [norm_running.eq(1), norm_sel.eq(norm_names.index(key)), n_in.eq(0), n_out.eq(0)]
                     with m.Elif(norm_done):
-                        m.d.sync += norm_running.eq(0)
+                        m.d.sync += [norm_running.eq(0), norm_fused.eq(0)]
                         m.next = nxt
                     m.d.comb += resid_rd.addr.eq(n_in)
 
             slot_of = {f"layers.{s.layer}.{s.site}": n for n, s in enumerate(slots)}
+
+            def feeding_norm(start: _Start, key: str) -> _Start:
+                """A residual update that also loads the norm unit `key`: its norm state then only drains it."""
+                return _Start([*start, norm_running.eq(1), norm_sel.eq(norm_names.index(key)), n_in.eq(0),
+                               n_out.eq(0), norm_fused.eq(1)], start.tensor, start.chunks, start.src)
 
             def mv_state(name: str, nxt: str, start: _Start) -> None:
                 if start.tensor in slot_of:  # adapted: first t16 = rescale(A a), then the projection plus B t16
@@ -614,13 +637,11 @@ class Decoder(wiring.Component):
                     m.next = nxt
 
             def rope_state(name: str, is_k: bool, pairs: int, nxt: str) -> None:
-                with m.State(name):
-                    with m.If(~rope_running):
-                        m.d.sync += [rope_running.eq(1), rope_is_k.eq(is_k), rope_pairs.eq(pairs), pair_in.eq(0),
-                                     pair_out.eq(0)]
-                    with m.Elif((pair_out == pairs) & ~second):
-                        m.d.sync += rope_running.eq(0)
-                        m.next = nxt
+                """Start a rotation once the previous one has ended, and go on while it runs."""
+                with m.State(name), m.If(~rope_running):
+                    m.d.sync += [rope_running.eq(1), rope_is_k.eq(is_k), rope_pairs.eq(pairs), pair_in.eq(0),
+                                 pair_out.eq(0)]
+                    m.next = nxt
 
             for i in range(cfg.n_layers):
                 n = f"layers.{i}"
@@ -641,13 +662,15 @@ class Decoder(wiring.Component):
                     mv_state(f"L{i}_Q", f"L{i}_COPY_Q", start_mv(f"{n}.q", rows=qdim, chunks=c_d, mode=Mode.Q,
                                                                  src=Source.ACT))
                     self._copy_state(m, f"L{i}_COPY_Q", f"L{i}_K", qdim, raw_rd1, wr["qrot"], None, lanes, c_kv,
-                                     layer_sel, position)
+                                     layer_sel, position, raw_base=0)
                     mv_state(f"L{i}_K", f"L{i}_COPY_K", start_mv(f"{n}.k", rows=kvdim, chunks=c_d, mode=Mode.K,
                                                                  src=Source.ACT))
                     self._copy_state(m, f"L{i}_COPY_K", f"L{i}_V", kvdim, raw_rd1, None, k_wr, lanes, c_kv,
-                                     layer_sel, position)
-                mv_state(f"L{i}_V", f"L{i}_H0_SCORES", start_mv(f"{n}.v", rows=kvdim, chunks=c_d, mode=Mode.V,
+                                     layer_sel, position, raw_base=qdim)
+                mv_state(f"L{i}_V", f"L{i}_ROPE_WAIT", start_mv(f"{n}.v", rows=kvdim, chunks=c_d, mode=Mode.V,
                                                                 src=Source.ACT))
+                with m.State(f"L{i}_ROPE_WAIT"), m.If(~rope_running):  # q and this position's k are in place
+                    m.next = f"L{i}_H0_SCORES"
                 for h in range(cfg.n_heads):
                     g = h // group
                     with m.State(f"L{i}_H{h}_SCORES"):
@@ -666,16 +689,17 @@ class Decoder(wiring.Component):
                         m.next = f"L{i}_H{h}_PV_WAIT"
                     with m.State(f"L{i}_H{h}_PV_WAIT"), m.If(mv_done):
                         m.next = nxt
-                mv_state(f"L{i}_O", f"L{i}_NORM_MLP", start_mv(f"{n}.o", rows=d, chunks=self.chunks(qdim),
-                                                               mode=Mode.RESID, src=Source.ACT))
+                mv_state(f"L{i}_O", f"L{i}_NORM_MLP", feeding_norm(start_mv(f"{n}.o", rows=d, chunks=self.chunks(qdim),
+                                                                            mode=Mode.RESID, src=Source.ACT), f"mlp{i}"))
                 norm_state(f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if gated else f"L{i}_UP")
                 if gated:
                     mv_state(f"L{i}_GATE", f"L{i}_UP", start_mv(f"{n}.gate", rows=cfg.ffn, chunks=c_d, mode=Mode.GATE,
                                                                 src=Source.ACT))
                 mv_state(f"L{i}_UP", f"L{i}_DOWN", start_mv(f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP,
                                                             src=Source.ACT))
-                mv_state(f"L{i}_DOWN", nxt_layer, start_mv(f"{n}.down", rows=d, chunks=self.chunks(cfg.ffn),
-                                                           mode=Mode.RESID, src=Source.HID))
+                mv_state(f"L{i}_DOWN", nxt_layer, feeding_norm(start_mv(f"{n}.down", rows=d, chunks=self.chunks(cfg.ffn),
+                                                                        mode=Mode.RESID, src=Source.HID),
+                                                               f"attn{i + 1}" if i + 1 < cfg.n_layers else "final"))
             norm_state("FINAL_NORM", "final", "HEAD")
             mv_state("HEAD", "ARGMAX", start_mv("head", rows=cfg.vocab_size, chunks=self.chunks(d), mode=Mode.LOGITS,
                                                 src=Source.ACT))
@@ -708,10 +732,12 @@ class Decoder(wiring.Component):
 
     def _embed_states(self, m: Module, store: WeightStore, scale: object, rescale: Rescale, row: Signal,
                       emb_i: Signal, emb_o: Signal, word: Signal, word_shift: Signal, resid_wr: object,
-                      resid_rd: object, d: int, prefix: str, nxt: str, position: object) -> None:
+                      resid_rd: object, d: int, prefix: str, nxt: str, position: object,
+                      to_norm: tuple[Signal, Signal] | None) -> None:
         """Row `row` of a table into the residual: rescale(code << shift, mult[row], shift[row]).
 
-        The token embedding writes the residual; learned positions (position=True) add to it.
+        The token embedding writes the residual; learned positions (position=True) add to it. The last of
+        these passes also hands each element written to the first norm unit (to_norm: its value, its strobe).
         """
         lanes = self.lanes
         chunks = self.chunks(d)
@@ -730,13 +756,16 @@ class Decoder(wiring.Component):
                 m.d.sync += [lane.eq(lane + 1), emb_i.eq(emb_i + 1)]
             with m.If(rescale.o.valid):
                 m.d.sync += emb_o.eq(emb_o + 1)
+                written = Signal(signed(16), name=f"{prefix.lower()}_written")
                 if position:
                     total = Signal(signed(18), name=f"{prefix.lower()}_sum")
                     m.d.comb += [resid_rd.addr.eq(emb_o), total.eq(resid_rd.data + rescale.o.payload),
-                                 resid_wr.data.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
+                                 written.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
                 else:
-                    m.d.comb += resid_wr.data.eq(rescale.o.payload)
-                m.d.comb += [resid_wr.addr.eq(emb_o), resid_wr.en.eq(1)]
+                    m.d.comb += written.eq(rescale.o.payload)
+                m.d.comb += [resid_wr.addr.eq(emb_o), resid_wr.data.eq(written), resid_wr.en.eq(1)]
+                if to_norm is not None:
+                    m.d.comb += [to_norm[0].eq(written), to_norm[1].eq(1)]
             with m.If(emb_o == d):
                 m.d.sync += [emb_i.eq(0), emb_o.eq(0)]
                 m.next = nxt
@@ -757,11 +786,12 @@ class Decoder(wiring.Component):
                     m.d.comb += [port.data[j].eq(val) for j in range(lanes)]
 
     def _copy_state(self, m: Module, name: str, nxt: str, count: int, raw_rd: object, q_wr: object | None,
-                    k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal) -> None:
-        """Learned positions: q and k need no rotation, only moving from raw into place."""
+                    k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal, *,
+                    raw_base: int) -> None:
+        """Learned positions: q and k need no rotation, only moving from raw (q at 0, k at raw_base) into place."""
         index = Signal(range(count + 1), name=f"{name.lower()}_index")
         with m.State(name):
-            m.d.comb += raw_rd.addr.eq(index)
+            m.d.comb += raw_rd.addr.eq(raw_base + index)
             with m.If(index == count):
                 m.d.sync += index.eq(0)
                 m.next = nxt
