@@ -171,14 +171,17 @@ class Decoder(wiring.Component):
             m.submodules[f"kcache{i}"], m.submodules[f"vcache{i}"] = kcache[i], vcache[i]
         m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
         m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
-        m.submodules.raw = raw = Memory(shape=signed(8), depth=qdim + kvdim, init=[])  # q, then k at qdim
-        self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw": raw,  # for testbenches: state to inspect
+        # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
+        m.submodules.raw_q = raw_q = Memory(shape=signed(8), depth=qdim, init=[])
+        m.submodules.raw_k = raw_k = Memory(shape=signed(8), depth=kvdim, init=[])
+        self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw_q": raw_q, "raw_k": raw_k,  # for testbenches
                          **{f"kcache{i}": mem for i, mem in enumerate(kcache)},
                          **{f"vcache{i}": mem for i, mem in enumerate(vcache)}}
 
         resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
         gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
-        raw_rd1, raw_rd2, raw_wr = raw.read_port(domain="comb"), raw.read_port(domain="comb"), raw.write_port()
+        rq1, rq2, rq_wr = raw_q.read_port(domain="comb"), raw_q.read_port(domain="comb"), raw_q.write_port()
+        rk1, rk2, rk_wr = raw_k.read_port(domain="comb"), raw_k.read_port(domain="comb"), raw_k.write_port()
         rd = {name: mem.read_port() for name, mem in mems.items()}
         wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
         k_rd = [mem.read_port() for mem in kcache]
@@ -431,8 +434,9 @@ class Decoder(wiring.Component):
         glu_in_valid = Signal()
         with m.Switch(mv_mode):
             with m.Case(Mode.Q, Mode.K):
-                m.d.comb += [dest_ready.eq(1), raw_wr.addr.eq(row_out + Mux(mv_mode == Mode.K, qdim, 0)),
-                             raw_wr.data.eq(y8), raw_wr.en.eq(took)]
+                m.d.comb += [dest_ready.eq(1), rq_wr.addr.eq(row_out), rq_wr.data.eq(y8), rk_wr.addr.eq(row_out),
+                             rk_wr.data.eq(y8), rq_wr.en.eq(took & (mv_mode == Mode.Q)),
+                             rk_wr.en.eq(took & (mv_mode == Mode.K))]
             with m.Case(Mode.V):  # transposed: row j of head g, column = position
                 m.d.comb += dest_ready.eq(1)
                 with m.Switch(layer_sel):
@@ -541,11 +545,13 @@ class Decoder(wiring.Component):
         half = hd // 2
         if rope is not None:
             hi, ii = Signal(range(max(2, cfg.n_heads))), Signal(range(max(2, half)))
-            raw_base = Mux(rope_is_k, qdim, 0)
             m.d.comb += [hi.eq(pair_in // half), ii.eq(pair_in % half),
-                         raw_rd1.addr.eq(raw_base + hi * hd + ii), raw_rd2.addr.eq(raw_base + hi * hd + ii + half),
-                         rope.i.valid.eq(rope_running & (pair_in < rope_pairs)), rope.i.payload.x1.eq(raw_rd1.data),
-                         rope.i.payload.x2.eq(raw_rd2.data), rope.i.payload.pos.eq(position), rope.i.payload.pair.eq(ii)]
+                         rq1.addr.eq(hi * hd + ii), rq2.addr.eq(hi * hd + ii + half),
+                         rk1.addr.eq(hi * hd + ii), rk2.addr.eq(hi * hd + ii + half),
+                         rope.i.valid.eq(rope_running & (pair_in < rope_pairs)),
+                         rope.i.payload.x1.eq(Mux(rope_is_k, rk1.data, rq1.data)),
+                         rope.i.payload.x2.eq(Mux(rope_is_k, rk2.data, rq2.data)),
+                         rope.i.payload.pos.eq(position), rope.i.payload.pair.eq(ii)]
             with m.If(rope.i.valid & rope.i.ready):
                 m.d.sync += pair_in.eq(pair_in + 1)
             # each result is two elements, hd/2 apart: write y1 now, y2 from a holding register next cycle
@@ -661,12 +667,12 @@ class Decoder(wiring.Component):
                 else:
                     mv_state(f"L{i}_Q", f"L{i}_COPY_Q", start_mv(f"{n}.q", rows=qdim, chunks=c_d, mode=Mode.Q,
                                                                  src=Source.ACT))
-                    self._copy_state(m, f"L{i}_COPY_Q", f"L{i}_K", qdim, raw_rd1, wr["qrot"], None, lanes, c_kv,
-                                     layer_sel, position, raw_base=0)
+                    self._copy_state(m, f"L{i}_COPY_Q", f"L{i}_K", qdim, rq1, wr["qrot"], None, lanes, c_kv,
+                                     layer_sel, position)
                     mv_state(f"L{i}_K", f"L{i}_COPY_K", start_mv(f"{n}.k", rows=kvdim, chunks=c_d, mode=Mode.K,
                                                                  src=Source.ACT))
-                    self._copy_state(m, f"L{i}_COPY_K", f"L{i}_V", kvdim, raw_rd1, None, k_wr, lanes, c_kv,
-                                     layer_sel, position, raw_base=qdim)
+                    self._copy_state(m, f"L{i}_COPY_K", f"L{i}_V", kvdim, rk1, None, k_wr, lanes, c_kv,
+                                     layer_sel, position)
                 mv_state(f"L{i}_V", f"L{i}_ROPE_WAIT", start_mv(f"{n}.v", rows=kvdim, chunks=c_d, mode=Mode.V,
                                                                 src=Source.ACT))
                 with m.State(f"L{i}_ROPE_WAIT"), m.If(~rope_running):  # q and this position's k are in place
@@ -786,12 +792,11 @@ class Decoder(wiring.Component):
                     m.d.comb += [port.data[j].eq(val) for j in range(lanes)]
 
     def _copy_state(self, m: Module, name: str, nxt: str, count: int, raw_rd: object, q_wr: object | None,
-                    k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal, *,
-                    raw_base: int) -> None:
-        """Learned positions: q and k need no rotation, only moving from raw (q at 0, k at raw_base) into place."""
+                    k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal) -> None:
+        """Learned positions: q and k need no rotation, only moving from raw_q / raw_k into place."""
         index = Signal(range(count + 1), name=f"{name.lower()}_index")
         with m.State(name):
-            m.d.comb += raw_rd.addr.eq(raw_base + index)
+            m.d.comb += raw_rd.addr.eq(index)
             with m.If(index == count):
                 m.d.sync += index.eq(0)
                 m.next = nxt
