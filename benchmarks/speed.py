@@ -192,7 +192,8 @@ def main() -> None:
     qm = quantize(ir, args.quant)
     stages = {"import_s": round(imported - start, 1), "quantise_s": round(time.time() - imported, 1)}
     log(f"imported in {stages['import_s']} s, quantised ({args.quant}) in {stages['quantise_s']} s")
-    rows = [sweep_point(ir, qm, int(lanes), args, log) for lanes in args.lanes.split(",")]
+    rows = sorted((sweep_point(ir, qm, int(lanes), args, log) for lanes in args.lanes.split(",")),
+                  key=lambda r: r["lanes"])
     result = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "model": str(args.model.name),
               "machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores",
               "quant": args.quant, "weights": args.weights, "board": args.board, "tokens": args.tokens,
