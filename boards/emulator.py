@@ -329,7 +329,7 @@ class PtyEmulator:
     def close(self) -> None:
         if self._thread.is_alive():
             os.write(self._stop_w, b"x")
-            self._thread.join()
+            self._thread.join(timeout=5.0)  # a stuck serving thread must not keep Ctrl-C from ending the emulator
         for fd in (self._master, self._slave, self._stop_r, self._stop_w):
             os.close(fd)
 
