@@ -164,9 +164,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_emulate(args: argparse.Namespace) -> int:
     """Serve a build's model on a pseudo-terminal with the board's protocol (the integer reference decodes),
     so `hardwire chat` and other host code run without a board."""
+    import signal
     import time
 
     from .boards.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
+
+    # Ctrl-C stops it even when started with SIGINT ignored (Python then installs no handler of its own)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     qm, lanes = load_build(args.build)
     timeout = frame_timeout_s(args.baud, args.timeout_bytes)

@@ -484,7 +484,13 @@ def test_hardwire_emulate_serves_until_ctrl_c(qm, build):
         finally:
             os.close(fd)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"hardwire emulate did not stop within 10 s of SIGINT; its stderr: {err!r}") from None
+        assert code == 0
         assert proc.stderr.read() == ""
     finally:
         if proc.poll() is None:
