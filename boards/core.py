@@ -54,11 +54,12 @@ class BoardCore(wiring.Component):
         except ValueError:
             self._MustUse__silence = True
             raise
-        cfg = qm.config
         self.qm, self.lanes, self.storage, self.clk_hz, self.baud = qm, lanes, storage, clk_hz, baud
         self.timeout = timeout_bytes * 10 * self.divisor  # cycles: 10 bits per byte
-        self.link = HostLink(vocab=cfg.vocab_size, context=cfg.context, lanes=lanes, lora_addr_bits=lora_addr_bits(qm),
-                             timeout=self.timeout)
+        # qm.context: the context the build has (`hardwire compile --context`), which the decoder's KV cache holds;
+        # qm.config.context is what the graph declares, and is None for a RoPE graph that declares none
+        self.link = HostLink(vocab=qm.config.vocab_size, context=qm.context, lanes=lanes,
+                             lora_addr_bits=lora_addr_bits(qm), timeout=self.timeout)
         self.uart_rx, self.uart_tx = UartRx(self.divisor), UartTx(self.divisor)
         super().__init__()
 

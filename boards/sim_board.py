@@ -41,8 +41,8 @@ def simulate_board(qm: QModel, folder: Path, *, prompt: list[int], n: int, garba
                    watchdog: int = 2_000_000) -> BoardSimResult:
     """Convert, build (unoptimised C++: these runs are short) and run the UART test in `folder`;
     the testbench fails the cocotb test when tokens differ from the reference or a reply is missing."""
-    if len(prompt) + n > qm.config.context:
-        raise ValueError(f"prompt + n = {len(prompt) + n} tokens must fit the context of {qm.config.context}: "
+    if len(prompt) + n > qm.context:
+        raise ValueError(f"prompt + n = {len(prompt) + n} tokens must fit the context of {qm.context}: "
                          "the device feeds the last generated token too")
     folder = Path(folder).resolve()
     start = time.time()

@@ -3,11 +3,14 @@ protocol.py's bytes and answered in frames parsed by protocol.FrameParser."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Fragment, Module
 from random_ir import random_adapters, random_ir
 
 from hardwire.boards import protocol
+from hardwire.boards.core import BoardCore
 from hardwire.boards.host_link import HostLink
 from hardwire.boards.protocol import Reply
 from hardwire.quant.quantize import quantize
@@ -28,11 +31,16 @@ def _qm():
     return _QM[0]
 
 
-def _dut(qm):
+def _dut(qm, core: BoardCore | None = None):
+    """A Decoder and a HostLink wired together: new ones, or the pair inside a BoardCore (without its UART)."""
     m = Module()
-    m.submodules.decoder = dec = Decoder(qm, lanes=LANES, storage="rom")
-    m.submodules.link = link = HostLink(vocab=qm.config.vocab_size, context=qm.config.context, lanes=LANES,
-                                        lora_addr_bits=lora_addr_bits(qm), timeout=TIMEOUT)
+    if core is not None:
+        m.submodules.decoder = dec = core.decoder
+        m.submodules.link = link = core.link
+    else:
+        m.submodules.decoder = dec = Decoder(qm, lanes=LANES, storage="rom")
+        m.submodules.link = link = HostLink(vocab=qm.config.vocab_size, context=qm.context, lanes=LANES,
+                                            lora_addr_bits=lora_addr_bits(qm), timeout=TIMEOUT)
     m.d.comb += [dec.tokens.valid.eq(link.tokens.valid), dec.tokens.payload.eq(link.tokens.payload),
                  link.tokens.ready.eq(dec.tokens.ready),
                  link.out.valid.eq(dec.out.valid), link.out.payload.eq(dec.out.payload), dec.out.ready.eq(link.out.ready),
@@ -41,11 +49,11 @@ def _dut(qm):
     return m, link
 
 
-def _session(qm, script, deadline: int = 400_000) -> list[list[protocol.Response]]:
+def _session(qm, script, deadline: int = 400_000, core: BoardCore | None = None) -> list[list[protocol.Response]]:
     """Run `script`: a list of (bytes to send, replies to wait for, extra quiet cycles after them).
     Bytes go out one per few cycles (faster than a UART, which HostLink does not care about).
     Returns the replies collected for each step; fails on a deadline instead of hanging."""
-    m, link = _dut(qm)
+    m, link = _dut(qm, core)
     parser = protocol.FrameParser()
     replies: list[protocol.Response] = []
     per_step: list[list[protocol.Response]] = []
@@ -230,3 +238,30 @@ def test_bad_arguments(kwargs, message):
     args = {"vocab": 20, "context": 16, "lanes": 8, "lora_addr_bits": 8, "timeout": 100, **kwargs}
     with pytest.raises(ValueError, match=f"^{message}$"):
         HostLink(**args)
+
+
+@pytest.mark.parametrize("declared,built", [(None, 12), (CONTEXT, 8)])
+def test_board_reports_the_context_it_is_built_with(declared, built):
+    """The board's host link takes qm.context, the context the build has (`hardwire compile --context`), not
+    qm.config.context, what the graph declares: None for a RoPE graph without metadata (a Hugging Face Llama),
+    which BoardCore refused, or a longer context than the KV cache holds, which HELLO reported."""
+    from hardwire.boards.top import BoardTop
+
+    ir = random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=VOCAB, context=CONTEXT, layers=1, seed=3)
+    ir = dataclasses.replace(ir, config=dataclasses.replace(ir.config, context=declared))
+    qm = quantize(ir, "int8", context=built)
+    assert (qm.config.context, qm.context) == (declared, built)
+    top = BoardTop(qm, lanes=LANES, storage="rom", board="ulx3s")  # what `hardwire build --board ulx3s` elaborates
+    Fragment.get(top, top.platform)
+    assert top.core.link.context == built
+    core = BoardCore(qm, lanes=LANES, storage="rom", clk_hz=8 * 115_200, baud=115_200)
+    Fragment.get(core, None)  # its UART too; the session below drives its decoder and host link directly
+    ref = ReferenceDecoder(qm).generate([5], 3)
+    steps = _session(qm, [(protocol.hello(), 1, 0), (protocol.reset() + _feed([5]) + protocol.generate(3), 6, 0),
+                          (protocol.reset() + _feed(list(range(built))), 2, 0),  # fills the built context exactly
+                          (protocol.generate(1), 2, 0)], core=core)
+    assert steps[0][0].op == Reply.HELLO
+    assert steps[0][0].hello == protocol.Hello(1, VOCAB, built, LANES)
+    assert [r.token for r in steps[1][2:5]] == ref
+    assert _ops(steps[2]) == ["ACK", "ACK"]
+    assert _ops(steps[3]) == ["TOKEN", "ERROR CONTEXT_FULL"]  # the decoder's context is the one HELLO reported
