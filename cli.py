@@ -188,6 +188,16 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     return 1
 
 
+def _clock_mhz(text: str) -> float | str:
+    """--clock-mhz: a frequency in MHz, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a frequency in MHz or auto, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
@@ -229,8 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--target", choices=("fpga", "asic"), default="fpga",
                        help="fpga (default): a bitstream for --board; asic: generic gates of a --weights logic build")
     build.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None, help="the board (FPGA target)")
-    build.add_argument("--clock-mhz", type=float, default=None,
-                       help="clock from a PLL (default: the board's oscillator, 25 MHz ULX3S, 12 MHz iCEBreaker)")
+    build.add_argument("--clock-mhz", type=_clock_mhz, default=None,
+                       help="clock from a PLL in MHz (default: the board's oscillator, 25 MHz ULX3S, 12 MHz "
+                            "iCEBreaker), or auto: build at the oscillator, then once more with the PLL just below "
+                            "the Fmax achieved when that is clearly faster")
     build.add_argument("--baud", type=int, default=115200, help="UART baud rate (default 115200)")
     build.set_defaults(func=cmd_build)
 

@@ -97,9 +97,110 @@ def cycles_per_token(folder: Path) -> tuple[float, str]:
     return float(report["cycles_per_token_estimate"]), "report.json cycles_per_token_estimate (the static schedule)"
 
 
-def build_board(folder: Path, board: str, *, clock_mhz: float | None = None, baud: int = 115200,
+AUTO_MARGIN = 0.9  # --clock-mhz auto: the PLL goes to at most this fraction of the Fmax achieved at the default clock
+AUTO_GAIN = 1.05  # ... and only when that is at least this much faster than the default clock
+
+
+def auto_clock_mhz(board: str, fmax_mhz: float) -> float | None:
+    """The frequency to ask of the board's PLL for `--clock-mhz auto` after a build at the oscillator reached
+    `fmax_mhz`: the highest one (in 0.1 MHz steps) whose PLL output is at most AUTO_MARGIN × fmax_mhz, or None when
+    no such output is at least AUTO_GAIN × the oscillator (no headroom worth a second place and route)."""
+    from .top import ECP5_OUT, ICE40_OUT, ecp5_pll, ice40_pll
+
+    target = part(board)
+    make, out_range = (ecp5_pll, ECP5_OUT) if target.family == "ecp5" else (ice40_pll, ICE40_OUT)
+    limit, floor = fmax_mhz * AUTO_MARGIN, target.clock_mhz * AUTO_GAIN
+    ask = min(math.floor(limit * 10) / 10, out_range[1])
+    while ask >= floor:
+        try:
+            made = make(target.clock_mhz, ask).f_out_mhz
+        except ValueError:  # outside the PLL's output range
+            return None
+        if floor <= made <= limit:
+            return ask
+        ask = round(ask - 0.1, 1)
+    return None
+
+
+def build_board(folder: Path, board: str, *, clock_mhz: float | str | None = None, baud: int = 115200,
                 progress: bool = True) -> dict:
-    """Bitstream for `board` from a build folder; writes folder/build_<board>.json and returns its contents."""
+    """Bitstream for `board` from a build folder; writes folder/build_<board>.json and returns its contents.
+
+    clock_mhz: None for the board's oscillator, a frequency for the PLL, or "auto": build at the oscillator, and
+    when the achieved Fmax leaves headroom, rebuild once with the PLL just below it (auto_clock_mhz); the rebuild
+    is kept only when it meets timing, else the oscillator's bitstream and report are put back."""
+    if clock_mhz == "auto":
+        return _build_auto(folder, board, baud, progress)
+    if isinstance(clock_mhz, str):
+        raise ValueError(f"clock_mhz must be a frequency in MHz or 'auto', got {clock_mhz!r}")
+    result = _build_once(folder, board, clock_mhz=clock_mhz, baud=baud, progress=progress)
+    if not result["timing_met"]:
+        _warn_timing(result)
+    return result
+
+
+def _warn_timing(result: dict) -> None:
+    print(f"WARNING: timing is NOT met: Fmax {result['fmax_mhz']:.1f} MHz is below the {result['clock_mhz']:g} MHz "
+          f"clock; the bitstream was written anyway but may misbehave on the board; rebuild with --clock-mhz "
+          f"{math.floor(result['fmax_mhz'])} or lower (or --clock-mhz auto)", file=sys.stderr, flush=True)
+
+
+def _build_auto(folder: Path, board: str, baud: int, progress: bool) -> dict:
+    """--clock-mhz auto: the oscillator's build, then at most one rebuild through the PLL just below its Fmax."""
+    default = part(board).clock_mhz
+    if progress:
+        print(f"--clock-mhz auto: building at the {default:g} MHz oscillator first; if its Fmax leaves headroom, "
+              f"once more through the PLL at up to {AUTO_MARGIN:.0%} of that Fmax", flush=True)
+    first = _build_once(folder, board, clock_mhz=None, baud=baud, progress=progress)
+    faster = auto_clock_mhz(board, first["fmax_mhz"]) if first["timing_met"] else None
+    auto = {"default_clock_mhz": first["clock_mhz"], "default_fmax_mhz": first["fmax_mhz"],
+            "default_seconds": first["seconds"], "rebuilt": faster is not None, "kept": "default"}
+    if faster is None:
+        first["clock_auto"] = auto
+        (folder / f"build_{board}.json").write_text(json.dumps(first, indent=1) + "\n")
+        if not first["timing_met"]:
+            _warn_timing(first)
+        elif progress:
+            print(f"--clock-mhz auto: Fmax {first['fmax_mhz']:.1f} MHz leaves no worthwhile headroom above the "
+                  f"{default:g} MHz oscillator; keeping its bitstream", flush=True)
+        return first
+    if progress:
+        print(f"--clock-mhz auto: Fmax {first['fmax_mhz']:.1f} MHz at the {default:g} MHz oscillator; REBUILDING once "
+              f"with the PLL at {faster:g} MHz (a second synthesis and place and route, about as long as the first)",
+              flush=True)
+    out, kept = folder / f"board_{board}", folder / f"board_{board}.default"
+    shutil.rmtree(kept, ignore_errors=True)
+    out.rename(kept)  # the oscillator's bitstream, put back if the faster one misses timing
+    try:
+        second = _build_once(folder, board, clock_mhz=faster, baud=baud, progress=progress)
+    except BaseException:  # a tool failed, or Ctrl-C: the oscillator's build stays the folder's build
+        shutil.rmtree(out, ignore_errors=True)
+        kept.rename(out)
+        (folder / f"build_{board}.json").write_text(json.dumps(first, indent=1) + "\n")
+        raise
+    auto["pll_fmax_mhz"] = second["fmax_mhz"]
+    if second["timing_met"]:
+        shutil.rmtree(kept)
+        auto["kept"] = "pll"
+        second["clock_auto"] = auto
+        (folder / f"build_{board}.json").write_text(json.dumps(second, indent=1) + "\n")
+        if progress:
+            print(f"--clock-mhz auto: timing met at {second['clock_mhz']:g} MHz (Fmax {second['fmax_mhz']:.1f} MHz): "
+                  f"{second['tok_s']:,.0f} tok/s, against {first['tok_s']:,.0f} at {default:g} MHz", flush=True)
+        return second
+    shutil.rmtree(out)
+    kept.rename(out)
+    first["clock_auto"] = auto
+    (folder / f"build_{board}.json").write_text(json.dumps(first, indent=1) + "\n")
+    if progress:
+        print(f"--clock-mhz auto: the PLL build at {second['clock_mhz']:g} MHz missed timing (Fmax "
+              f"{second['fmax_mhz']:.1f} MHz); kept the {default:g} MHz bitstream and its report "
+              f"({first['tok_s']:,.0f} tok/s)", flush=True)
+    return first
+
+
+def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int, progress: bool) -> dict:
+    """One build at one clock: writes folder/build_<board>.json; the caller warns when timing is not met."""
     from .top import BoardTop
 
     start = time.time()
@@ -153,8 +254,8 @@ def build_board(folder: Path, board: str, *, clock_mhz: float | None = None, bau
         "brams": brams, "brams_available": target.bram_blocks, "brams_estimated": fit.blocks, "dsps": dsps,
         "dsps_available": target.dsps, "fmax_mhz": fmax, "clock_mhz": round(top.clock_mhz, 4),
         "timing_met": timing_met, "cycles_per_token": cycles,
-        "tok_s": round(fmax * 1e6 / cycles, 1),  # what the logic could do at its Fmax
-        "tok_s_at_clock": round(min(fmax, top.clock_mhz) * 1e6 / cycles, 1),  # what this bitstream does
+        "tok_s": round(top.clock_mhz * 1e6 / cycles, 1),  # what this bitstream does, at the clock it is built with
+        "tok_s_at_fmax": round(fmax * 1e6 / cycles, 1),  # what the logic could do if clocked at its Fmax
         "tok_s_source": source, "baud": baud, "seconds": round(time.time() - start, 1), "tool_seconds": seconds,
         "bitstream": str(bitstream), "utilisation": used,
     }
@@ -162,16 +263,12 @@ def build_board(folder: Path, board: str, *, clock_mhz: float | None = None, bau
     if progress:
         print(f"{target.title}: {luts:,}/{target.luts:,} LUT4, {ffs:,} FF, {brams}/{target.bram_blocks} "
               f"{target.bram_name} (estimated {fit.blocks}), {dsps}/{target.dsps} {target.dsp_name}")
-        print(f"Fmax {fmax:.1f} MHz against a {top.clock_mhz:g} MHz clock; {cycles:,.0f} cycles/token "
-              f"({source.split()[0]}) -> {result['tok_s']:,.0f} tok/s at Fmax, {result['tok_s_at_clock']:,.0f} tok/s "
-              f"at the clock")
+        print(f"{result['tok_s']:,.0f} tok/s at the {top.clock_mhz:g} MHz clock ({cycles:,.0f} cycles/token, "
+              f"{source.split()[0]}); Fmax {fmax:.1f} MHz: timing {'met' if timing_met else 'NOT MET'} "
+              f"({result['tok_s_at_fmax']:,.0f} tok/s if clocked at Fmax)")
         print(f"bitstream {bitstream} ({bitstream.stat().st_size:,} bytes) in {result['seconds']:.0f} s; "
               f"wrote {folder / f'build_{board}.json'}")
-    if not timing_met:
-        print(f"WARNING: timing is NOT met: Fmax {fmax:.1f} MHz is below the {top.clock_mhz:g} MHz clock; the bitstream "
-              f"was written anyway but may misbehave on the board; rebuild with --clock-mhz {math.floor(fmax)} "
-              f"or lower", file=sys.stderr, flush=True)
     return result
 
 
-__all__ = ["FitError", "build_board", "cycles_per_token", "tool_command"]
+__all__ = ["FitError", "auto_clock_mhz", "build_board", "cycles_per_token", "tool_command"]

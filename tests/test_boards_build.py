@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -61,7 +62,9 @@ def test_ulx3s_bitstream_and_report(ulx3s_build: tuple[Path, dict]) -> None:
     report = json.loads((folder / "report.json").read_text())
     assert result["cycles_per_token"] == report["cycles_per_token_estimate"]
     assert result["tok_s_source"].startswith("report.json cycles_per_token_estimate")
-    assert result["tok_s"] == round(result["fmax_mhz"] * 1e6 / report["cycles_per_token_estimate"], 1)
+    # tok_s: what the bitstream does at the clock it is built with (the PLL's 40 MHz), not at nextpnr's Fmax
+    assert result["tok_s"] == round(40.0 * 1e6 / report["cycles_per_token_estimate"], 1)
+    assert result["tok_s_at_fmax"] == round(result["fmax_mhz"] * 1e6 / report["cycles_per_token_estimate"], 1)
     bit = Path(result["bitstream"])
     assert bit == folder / "board_ulx3s" / "top.bit" and bit.stat().st_size > 100_000  # an LFE5U-85F image
     assert result["seconds"] > 0
@@ -76,6 +79,103 @@ def test_tok_s_prefers_the_simulated_cycle_count(ulx3s_build: tuple[Path, dict])
         assert cycles_per_token(folder) == (1234.5, "sim.json cycles_per_token (measured in simulation)")
     finally:
         (folder / "sim.json").unlink()
+
+
+def _fake_builds(monkeypatch: pytest.MonkeyPatch, fmax_at: dict) -> list:
+    """Stand in for one synthesis + place and route: Fmax by clock (None: the oscillator); a file in
+    board_ulx3s/ says which build it is. Returns the clocks asked for, in order."""
+    from hardwire.boards import fpga
+
+    asked: list = []
+
+    def once(folder: Path, board: str, *, clock_mhz, baud: int, progress: bool) -> dict:
+        asked.append(clock_mhz)
+        clock = 25.0 if clock_mhz is None else round(ecp5_pll(25.0, clock_mhz).f_out_mhz, 4)
+        out = folder / f"board_{board}"
+        shutil.rmtree(out, ignore_errors=True)  # as the real build deletes an earlier build's products
+        out.mkdir(parents=True)
+        (out / "top.bit").write_text(f"{clock}")
+        fmax = fmax_at[clock_mhz]
+        result = {"board": board, "fmax_mhz": fmax, "clock_mhz": clock, "timing_met": fmax >= clock,
+                  "cycles_per_token": 1000.0, "tok_s": clock * 1e3, "tok_s_at_fmax": fmax * 1e3, "seconds": 1.0}
+        (folder / f"build_{board}.json").write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(fpga, "_build_once", once)
+    return asked
+
+
+def test_auto_clock_picks_the_pll_just_below_fmax() -> None:
+    from hardwire.boards.fpga import auto_clock_mhz
+
+    # 90% of Fmax, in 0.1 MHz asks, the PLL's output never above it: 47.9 MHz -> ask 43.1, the PLL makes 42.86
+    assert auto_clock_mhz("ulx3s", 47.9) == 43.1 and ecp5_pll(25.0, 43.1).f_out_mhz <= 0.9 * 47.9
+    assert auto_clock_mhz("ulx3s", 32.8) == 29.5 and ecp5_pll(25.0, 29.5).f_out_mhz <= 0.9 * 32.8
+    assert auto_clock_mhz("ulx3s", 28.0) is None  # 25.2 MHz: not 5% above the 25 MHz oscillator
+    assert auto_clock_mhz("ulx3s", 1000.0) == 400.0  # the PLL's top
+    assert auto_clock_mhz("icebreaker", 17.0) is None  # 15.3 MHz: below the 16 MHz the iCE40 PLL starts at
+
+
+def test_auto_clock_rebuilds_once_and_keeps_what_meets_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "tiny"
+    asked = _fake_builds(monkeypatch, {None: 47.9, 43.1: 44.5})  # the real tiny build's figures
+    result = build_board(folder, "ulx3s", clock_mhz="auto")
+    out = capsys.readouterr()
+    assert asked == [None, 43.1]
+    assert "REBUILDING once with the PLL at 43.1 MHz" in out.out and "timing met at 42.8571 MHz" in out.out
+    assert out.err == ""
+    assert result == json.loads((folder / "build_ulx3s.json").read_text())
+    assert result["clock_mhz"] == 42.8571 and result["timing_met"]
+    assert result["clock_auto"] == {"default_clock_mhz": 25.0, "default_fmax_mhz": 47.9, "default_seconds": 1.0,
+                                    "rebuilt": True, "kept": "pll", "pll_fmax_mhz": 44.5}
+    assert (folder / "board_ulx3s" / "top.bit").read_text() == "42.8571"
+    assert not (folder / "board_ulx3s.default").exists()
+
+    # the rebuild misses timing: the oscillator's bitstream and report are put back, with no warning
+    asked = _fake_builds(monkeypatch, {None: 47.9, 43.1: 41.0})
+    result = build_board(folder, "ulx3s", clock_mhz="auto")
+    out = capsys.readouterr()
+    assert asked == [None, 43.1]
+    assert "missed timing (Fmax 41.0 MHz); kept the 25 MHz bitstream" in out.out and out.err == ""
+    assert result == json.loads((folder / "build_ulx3s.json").read_text())
+    assert result["clock_mhz"] == 25.0 and result["timing_met"] and result["clock_auto"]["kept"] == "default"
+    assert (folder / "board_ulx3s" / "top.bit").read_text() == "25.0"
+    assert not (folder / "board_ulx3s.default").exists()
+
+    # no headroom: one build only
+    asked = _fake_builds(monkeypatch, {None: 27.0})
+    result = build_board(folder, "ulx3s", clock_mhz="auto")
+    assert asked == [None] and not result["clock_auto"]["rebuilt"]
+    assert "no worthwhile headroom" in capsys.readouterr().out
+
+
+def test_timing_not_met_is_said_in_the_report_and_on_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_builds(monkeypatch, {50.0: 44.5, None: 20.0})
+    result = build_board(tmp_path / "tiny", "ulx3s", clock_mhz=50.0)
+    assert not result["timing_met"]
+    assert capsys.readouterr().err == (
+        "WARNING: timing is NOT met: Fmax 44.5 MHz is below the 50 MHz clock; the bitstream was written anyway but "
+        "may misbehave on the board; rebuild with --clock-mhz 44 or lower (or --clock-mhz auto)\n")
+    result = build_board(tmp_path / "tiny", "ulx3s", clock_mhz="auto")  # auto never rebuilds faster than a miss
+    assert not result["timing_met"] and not result["clock_auto"]["rebuilt"]
+    assert "WARNING: timing is NOT met: Fmax 20.0 MHz is below the 25 MHz clock" in capsys.readouterr().err
+
+
+def test_build_passes_clock_mhz_auto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from hardwire.boards import fpga
+
+    calls: list = []
+    monkeypatch.setattr(fpga, "build_board", lambda folder, board, **kw: calls.append((folder, board, kw)))
+    assert main(["build", str(tmp_path), "--board", "ulx3s", "--clock-mhz", "auto"]) == 0
+    assert main(["build", str(tmp_path), "--board", "ulx3s", "--clock-mhz", "40"]) == 0
+    assert [kw["clock_mhz"] for _, _, kw in calls] == ["auto", 40.0]
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", str(tmp_path), "--board", "ulx3s", "--clock-mhz", "fast"])
+    assert exit_.value.code == 2
+    assert "argument --clock-mhz: expected a frequency in MHz or auto, got 'fast'" in capsys.readouterr().err
 
 
 def _too_big_for_ulx3s(folder: Path) -> Path:
