@@ -1,10 +1,11 @@
 # The two commands: `make demo` and `make test`. Both create .venv on first use.
+# `make bitstream` is the long, separate step: the demo plus the ULX3S-85F bitstream (place and route).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo bitstream test lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +14,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[dev]"
 	touch $(STAMP)
 
+# a few minutes: import, quantise, Verilog, token-exact simulation, tokens/s estimated at the board's clock
 demo: $(STAMP)
 	$(VENV)/bin/hardwire demo
+
+# the demo, then synthesis, place and route and packing for the ULX3S-85F (45-70 minutes for the bundled model)
+bitstream: $(STAMP)
+	@echo "make bitstream: the demo, then the ULX3S-85F bitstream of the bundled model into build/demo/board_ulx3s/"
+	@echo "  place and route is the long step: 45-70 minutes on a 2-core machine, a progress line every 30 s"
+	$(VENV)/bin/hardwire demo --board ulx3s
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -30,7 +30,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole path on the bundled model: import and proof, quantisation, Verilog, cocotb token-exact
-    simulation of a prompt, a ULX3S-85F bitstream, and a summary table."""
+    simulation of a prompt, and a summary table with tokens per second estimated at the board's clock (a few
+    minutes). With --board, the board's bitstream too (place and route: the long step) and the measured speed."""
     from .demo import DemoOptions, run_demo
 
     return run_demo(DemoOptions(model=args.model, prompt=args.prompt, n=args.n, quant=args.quant, lanes=args.lanes,
@@ -283,8 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="weight scheme (default mixed36: int8 weights do not fit the ULX3S-85F's block RAM)")
     demo.add_argument("--lanes", type=int, default=16)
     demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
-    demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default="ulx3s", help="board for the bitstream")
-    demo.add_argument("--no-board", dest="board", action="store_const", const=None, help="stop after the simulation")
+    demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
+                      help="also build this board's bitstream after the simulation (place and route: 45-70 minutes "
+                           "for the bundled model; `make bitstream` runs --board ulx3s); default: stop after the "
+                           "simulation, with tokens/s estimated at the ULX3S's 25 MHz clock (a few minutes)")
+    demo.add_argument("--no-board", dest="board", action="store_const", const=None,
+                      help="stop after the simulation (the default; kept for old scripts)")
     demo.add_argument("-o", "--out", type=Path, default=Path("build/demo"), help="build folder (default build/demo)")
     demo.set_defaults(func=cmd_demo)
     return parser
