@@ -38,6 +38,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                 weights=args.weights, board=args.board, out=args.out))
 
 
+def _rows_option(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a power of two or 'auto', got {value!r}") from None
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     """Import, quantise and generate Verilog into a build folder, with a report."""
     from .frontend import load
@@ -49,7 +58,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
     print(f"quantising ({args.quant}) ...", flush=True)
     qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
-    report = compile_to(qm, args.out, lanes=args.lanes, storage=args.weights, vocab=ir.vocab)
+    rows, lanes, attention_rows = args.rows, args.lanes, args.attention_rows
+    if args.rows == "auto":  # the engine shape sized by the board's block RAM and multipliers
+        from .boards.parts import choose_plan, part
+
+        board = part(args.board)
+        plan, fit, cycles = choose_plan(qm, board, args.weights)
+        print(f"sized for the {board.title}: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token "
+              f"at position {qm.context // 2}; {fit.summary()}")
+        rows, lanes, attention_rows = plan.rows, plan.lanes, plan.attention_rows
+    report = compile_to(qm, args.out, rows=rows, lanes=lanes, attention_rows=attention_rows, storage=args.weights,
+                        vocab=ir.vocab)
     print(report.summary())
     print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
     return 0
@@ -173,11 +192,12 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     # Ctrl-C stops it even when started with SIGINT ignored (Python then installs no handler of its own)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    qm, lanes = load_build(args.build)
+    qm, plan = load_build(args.build)
     timeout = frame_timeout_s(args.baud, args.timeout_bytes)
-    device = EmulatedDevice(qm, lanes=lanes, frame_timeout=timeout, token_seconds=args.token_ms / 1000)
+    device = EmulatedDevice(qm, rows=plan.rows, lanes=plan.lanes, frame_timeout=timeout,
+                            token_seconds=args.token_ms / 1000)
     with PtyEmulator(device) as emulator:
-        print(f"emulating {args.build} (vocabulary {qm.config.vocab_size}, context {qm.context}, {lanes} lanes) "
+        print(f"emulating {args.build} (vocabulary {qm.config.vocab_size}, context {qm.context}, {plan.shape}) "
               f"on {emulator.port}; frame timeout {timeout * 1000:.2f} ms", flush=True)
         print(f"talk to it with: hardwire chat --port {emulator.port} --build {args.build}   (Ctrl-C stops)", flush=True)
         try:
@@ -215,7 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8",
                       help="weight scheme (default int8)")
     comp.add_argument("--avg-bits", type=float, default=4.0, help="mixed36 budget in bits per weight (default 4.0)")
-    comp.add_argument("--lanes", type=int, default=8, help="multiply-accumulates per cycle (default 8)")
+    comp.add_argument("--rows", type=_rows_option, default=1,
+                      help="output rows computed at once, each on its own weight bank (default 1); auto: the "
+                           "fastest shape (rows, lanes, attention rows) whose block RAM and multipliers fit --board")
+    comp.add_argument("--board", choices=("ulx3s", "icebreaker"), default="ulx3s",
+                      help="the board --rows auto sizes the engine for (default ulx3s)")
+    comp.add_argument("--lanes", type=int, default=8, help="multiply-accumulates per row and cycle (default 8)")
+    comp.add_argument("--attention-rows", type=int, default=None,
+                      help="rows for the attention products, i.e. KV cache banks (default: all rows when they divide "
+                           "the head width, else 1)")
     comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
                       help="rom: memories with init (block RAM); logic: constant tables (gates)")
     comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")

@@ -34,6 +34,7 @@ from ..quant import blocks
 from ..quant.qmodel import QModel
 from ..quant.reference import LoraAdapter, ReferenceDecoder
 from ..rtl.lora_map import REGISTERS, RESET, LoraSlot, lora_addr_bits, lora_address_map
+from ..rtl.plan import HardwarePlan, plan_from_report
 from . import protocol
 from .protocol import SYNC, Error, Flag, Op, Reply
 
@@ -117,7 +118,7 @@ class _LoraSram:
 class EmulatedDevice:
     """The board's protocol engine over the reference decoder; times are seconds from any monotonic clock."""
 
-    def __init__(self, qm: QModel, *, lanes: int, frame_timeout: float = frame_timeout_s(),
+    def __init__(self, qm: QModel, *, lanes: int, rows: int = 1, frame_timeout: float = frame_timeout_s(),
                  token_seconds: float = 0.0) -> None:
         if frame_timeout <= 0:
             raise ValueError(f"the frame timeout must be positive, got {frame_timeout}")
@@ -143,7 +144,7 @@ class EmulatedDevice:
         self.cycles = 0
         self.context_full = False
         self.bad_token = False
-        self._cycles_per_token = _cycle_estimator(qm, lanes)
+        self._cycles_per_token = _cycle_estimator(qm, rows, lanes)
 
     @property
     def generating(self) -> bool:
@@ -288,25 +289,26 @@ def _error(code: Error) -> bytes:
     return protocol.frame(Reply.ERROR, bytes([code]))
 
 
-def _cycle_estimator(qm: QModel, lanes: int) -> Callable[[int], int]:
+def _cycle_estimator(qm: QModel, rows: int, lanes: int) -> Callable[[int], int]:
     """STATUS's cycle count: the sum of the build report's per-token estimates.
 
     The chip reports a free-running clock counter; the emulator has no clock, so it counts
     only the cycles its decoding would have taken (idle time between commands is not in it).
     """
-    from ..rtl.build import cycles_per_token_estimate
+    from ..rtl.plan import cycles_per_token_estimate
 
-    return lambda position: cycles_per_token_estimate(qm, lanes, position)
+    plan = HardwarePlan(rows=rows, lanes=lanes)
+    return lambda position: cycles_per_token_estimate(qm, plan, position)
 
 
-def load_build(build: Path) -> tuple[QModel, int]:
-    """A build folder's QModel and lanes (report.json), with a message naming what is missing."""
+def load_build(build: Path) -> tuple[QModel, HardwarePlan]:
+    """A build folder's QModel and hardware plan (report.json), with a message naming what is missing."""
     build = Path(build)
     missing = [name for name in ("qmodel.json", "qmodel.npz", "report.json") if not (build / name).exists()]
     if missing:
         raise FileNotFoundError(f"{build} is not a build folder (no {', '.join(missing)}); "
                                 f"make one with `hardwire compile MODEL.onnx -o {build}`")
-    return QModel.load(build), int(json.loads((build / "report.json").read_text())["lanes"])
+    return QModel.load(build), plan_from_report(json.loads((build / "report.json").read_text()))
 
 
 class PtyEmulator:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..progress import heartbeat, tail
+from ..rtl.plan import plan_from_report
 from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
 
 NAME = "top"  # the design's name inside board_<board>/: top.bit / top.bin, top.tim (nextpnr log), top.rpt (yosys log)
@@ -207,8 +208,11 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     target = part(board)
     fit = check_fit(folder, board)  # before any tool: a model too big for the part fails here, in seconds
     qm, report = read_build(folder)
-    label = f"{folder.name} ({report['scheme']}, {report['lanes']} lanes, context {report['context']})"
-    top = BoardTop(qm, lanes=report["lanes"], storage=report["storage"], board=board, baud=baud, clock_mhz=clock_mhz)
+    plan = plan_from_report(report)
+    shape = plan.shape
+    label = f"{folder.name} ({report['scheme']}, {shape}, context {report['context']})"
+    top = BoardTop(qm, rows=plan.rows, lanes=plan.lanes, storage=plan.storage, attention_rows=plan.attention_rows,
+                   softmax_lanes=plan.softmax_lanes, board=board, baud=baud, clock_mhz=clock_mhz)
     out = folder / f"board_{board}"
     if progress:
         print(f"{target.title} ({target.device}) at {top.clock_mhz:g} MHz"

@@ -20,9 +20,10 @@ from pathlib import Path
 from ..quant.qmodel import QModel
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
 from ..rtl.activation import TABLE_ENTRIES
-from ..rtl.decoder import ACT_BITS, KV_BITS
+from ..rtl.decoder import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS
+from ..rtl.plan import HardwarePlan, kv_bank_shapes, plan_from_report, weight_bank_shapes
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
@@ -164,42 +165,47 @@ def live_bits(values: list[int], width: int) -> int:
     return max(1, bin(ones & zeros).count("1"))
 
 
-def block_memories(qm: QModel, *, lanes: int, storage: str) -> list[BlockMemory]:
-    """The Decoder's synchronously read memories, shaped as rtl/decoder.py and rtl/weight_store.py build them."""
+def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
+    """The Decoder's synchronously read memories: the plan's weight and KV banks, tables and buffers."""
     cfg = qm.config
-
-    def chunks(n: int) -> int:
-        return -(-n // lanes)
-
+    lanes, chunks = plan.lanes, plan.chunks
     mems: list[BlockMemory] = []
-    if storage == "rom":  # "logic" weights are case tables: gates, not memories
-        tables = [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else []) + list(qm.linears())
-        for name, table in tables:
+    if plan.storage == "rom":  # "logic" weights are case tables: gates, not memories
+        for name, table in [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else []):
             rows, cols = table.codes.shape
             mems.append(BlockMemory(name, "weights", rows * chunks(cols),
                                     lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)))
+        mems += [BlockMemory(name, "weights", depth, width) for name, depth, width in weight_bank_shapes(qm, plan)]
     # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
     # counted at their live width, from the contents the RTL bakes in
+    # one NormUnit for every norm site: rsqrt table, every site's per-channel scales, the input copy
     norms = [q for layer in qm.layers for q in (layer.attn_norm, layer.mlp_norm)] + [qm.final_norm]
-    rsqrt = live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)
-    for n, qn in enumerate(norms):  # one NormUnit per norm: rsqrt table, per-channel scales, input copy
-        mems.append(BlockMemory(f"rsqrt{n}", "tables", 1 << RSQRT_INDEX_BITS, rsqrt))
-        coef = [(int(sh) << MULT_BITS) | int(mu) for mu, sh in zip(qn.mult.tolist(), qn.shift.tolist(), strict=True)]
-        mems.append(BlockMemory(f"norm_coef{n}", "tables", cfg.d_model, live_bits(coef, MULT_BITS + SHIFT_BITS)))
-        mems.append(BlockMemory(f"norm_x{n}", "buffers", cfg.d_model, X_BITS))
+    width, d = plan.vector_lanes, cfg.d_model
+    words = plan.chunks_of(d, width)
+    mems.append(BlockMemory("rsqrt", "tables", 1 << RSQRT_INDEX_BITS, live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))
+    coef_bits = MULT_BITS + SHIFT_BITS
+    coef_words = []
+    for qn in norms:  # as rtl/norm.py packs them: `width` lanes per word, padding lanes (1 << 15) | 1
+        coefs = [(int(sh) << MULT_BITS) | int(mu) for mu, sh in zip(qn.mult.tolist(), qn.shift.tolist(), strict=True)]
+        coefs += [(1 << MULT_BITS) | 1] * (words * width - d)
+        coef_words += [sum(c << (coef_bits * k) for k, c in enumerate(coefs[w * width:(w + 1) * width]))
+                       for w in range(words)]
+    mems.append(BlockMemory("norm_coef", "tables", len(coef_words), live_bits(coef_words, width * coef_bits)))
+    mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
-    for i, layer in enumerate(qm.layers):  # per layer: a Softmax (exp table, score buffer) and an activation table
-        mems.append(BlockMemory(f"exp{i}", "tables", Z_MAX + 1, exp))
-        mems.append(BlockMemory(f"softmax_buf{i}", "buffers", qm.context, max(SCORE_BITS, E_BITS)))
+    sm_lanes = plan.softmax_lanes
+    for i, layer in enumerate(qm.layers):  # per layer: a Softmax (its score buffer, an EXP table per lane: the
+        # registered case tables become ROMs in synthesis) and an activation table
+        mems.append(BlockMemory(f"softmax_buf{i}", "buffers", plan.chunks_of(qm.context, sm_lanes),
+                                sm_lanes * max(SCORE_BITS, E_BITS)))
+        mems += [BlockMemory(f"exp{i}_{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
         mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, live_bits(layer.act_table.tolist(), 8)))
     if cfg.positions == "rope":  # cos and sin per position and pair
         for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
             mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2),
                                     live_bits(table.flatten().tolist(), ROPE_BITS)))
-    kvdim, qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
-    for i in range(cfg.n_layers):
-        mems.append(BlockMemory(f"kcache{i}", "kv", qm.context * (kvdim // lanes), lanes * KV_BITS))
-        mems.append(BlockMemory(f"vcache{i}", "kv", kvdim * chunks(qm.context), lanes * KV_BITS))  # V transposed
+    qdim = cfg.n_heads * cfg.head_dim
+    mems += [BlockMemory(name, "kv", depth, width) for name, depth, width in kv_bank_shapes(qm, plan)]
     for slot in lora_address_map(qm):  # A is read synchronously; B (combinational reads) lands in LUT RAM
         mems.append(BlockMemory(f"lora_a.{slot.layer}.{slot.site}", "lora", slot.rank * chunks(slot.in_features),
                                 lanes * 8))
@@ -288,13 +294,14 @@ def read_build(folder: Path) -> tuple[QModel, dict]:
 def estimate(folder: Path, board: str) -> FitEstimate:
     """The block-RAM estimate of a build folder's design on a board."""
     qm, report = read_build(folder)
-    return estimate_model(qm, part(board), lanes=report["lanes"], storage=report["storage"],
-                          label=f"{folder.name} ({report['scheme']}, {report['lanes']} lanes, context {report['context']})")
+    plan = plan_from_report(report)
+    return estimate_model(qm, part(board), plan,
+                          label=f"{folder.name} ({report['scheme']}, {plan.shape}, context {report['context']})")
 
 
-def estimate_model(qm: QModel, part: Part, *, lanes: int, storage: str, label: str) -> FitEstimate:
-    return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=lanes, context=qm.context, storage=storage,
-                       memories=tuple(block_memories(qm, lanes=lanes, storage=storage)))
+def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) -> FitEstimate:
+    return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
+                       storage=plan.storage, memories=tuple(block_memories(qm, plan)))
 
 
 def check_fit(folder: Path, board: str) -> FitEstimate:
@@ -330,3 +337,50 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
         brams = cells.get("SB_RAM40_4K", 0)
         dsps = cells.get("SB_MAC16", 0)
     return {"luts": luts, "ffs": ffs, "brams": brams, "dsps": dsps}
+
+
+# MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
+# the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
+OTHER_DSPS = 60
+
+
+def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
+    """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width) and attention rows."""
+    hd = qm.config.head_dim
+    lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (qm.scheme != "mxfp4" or 32 % (1 << k) == 0)]
+    plans = []
+    for rows in (1 << k for k in range(7)):
+        for lanes in lane_options:
+            for attention in (1 << k for k in range(7)):
+                if attention <= rows and hd % attention == 0:
+                    plans.append(HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention))
+    return plans
+
+
+def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, FitEstimate, int]:
+    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part and
+    whose MAC lanes fit its multipliers beside the rest of the decoder; ties go to fewer MACs per cycle.
+
+    Only block RAM is estimated memory by memory; LUTs are not estimated (place and route says), and the
+    multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
+    -> (plan, its fit estimate, its cycles per token).
+    """
+    from ..rtl.plan import cycles_per_token_estimate
+
+    position = qm.context // 2
+    best = None
+    for plan in candidate_plans(qm, storage):
+        if plan.macs_per_cycle + OTHER_DSPS > part.dsps:
+            continue
+        fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
+        if fit.problems():
+            continue
+        key = (cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle, plan.rows)
+        if best is None or key < best[0]:
+            best = (key, plan, fit)
+    if best is None:
+        smallest = estimate_model(qm, part, HardwarePlan(storage=storage, lanes=1), label=f"{qm.scheme} model")
+        raise FitError("no engine shape fits: " + "; ".join(smallest.problems() or ["the multipliers do not fit"]) +
+                       "; " + smallest.hint())
+    key, plan, fit = best
+    return plan, fit, key[0]

@@ -36,7 +36,7 @@ def write_board_verilog(core: BoardCore, folder: Path) -> Path:
     return path
 
 
-def simulate_board(qm: QModel, folder: Path, *, prompt: list[int], n: int, garbage: bytes, lanes: int = 8,
+def simulate_board(qm: QModel, folder: Path, *, prompt: list[int], n: int, garbage: bytes, lanes: int = 8, rows: int = 1,
                    storage: str = "rom", clk_hz: int = 8 * 115_200, baud: int = 115_200, timeout_bytes: int = 32,
                    watchdog: int = 2_000_000) -> BoardSimResult:
     """Convert, build (unoptimised C++: these runs are short) and run the UART test in `folder`;
@@ -46,7 +46,7 @@ def simulate_board(qm: QModel, folder: Path, *, prompt: list[int], n: int, garba
                          "the device feeds the last generated token too")
     folder = Path(folder).resolve()
     start = time.time()
-    core = BoardCore(qm, lanes=lanes, storage=storage, clk_hz=clk_hz, baud=baud, timeout_bytes=timeout_bytes)
+    core = BoardCore(qm, rows=rows, lanes=lanes, storage=storage, clk_hz=clk_hz, baud=baud, timeout_bytes=timeout_bytes)
     source = write_board_verilog(core, folder)
     converted = time.time()
     prepare_simulator("verilator", optimise=False)

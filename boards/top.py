@@ -116,8 +116,8 @@ def _platform(board: Part) -> object:
 class BoardTop(Elaboratable):
     """The BoardCore with its pins, LEDs and clock on the board's amaranth-boards platform."""
 
-    def __init__(self, qm: QModel, *, lanes: int, storage: str, board: str, baud: int = 115200,
-                 clock_mhz: float | None = None) -> None:
+    def __init__(self, qm: QModel, *, lanes: int, storage: str, board: str, baud: int = 115200, rows: int = 1,
+                 attention_rows: int | None = None, softmax_lanes: int = 1, clock_mhz: float | None = None) -> None:
         try:
             self.part = part(board)
             self.pll: Ecp5Pll | Ice40Pll | None = None
@@ -128,7 +128,8 @@ class BoardTop(Elaboratable):
                 self.pll = make(self.part.clock_mhz, clock_mhz)
             self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
             self.clk_hz = round(self.clock_mhz * 1e6)
-            self.core = BoardCore(qm, lanes=lanes, storage=storage, clk_hz=self.clk_hz, baud=baud)
+            self.core = BoardCore(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
+                                  softmax_lanes=softmax_lanes, clk_hz=self.clk_hz, baud=baud)
         except ValueError:
             self._MustUse__silence = True  # refused, never elaborated: no "created but never used" warning
             raise

@@ -15,52 +15,13 @@ from amaranth.back import verilog
 
 from ..quant.qmodel import QModel
 from .decoder import Decoder
-from .mac_array import LATENCY as MAC_LATENCY
+from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, weight_bank_shapes
+
+__all__ = ["TOP_NAME", "BuildReport", "compile_to", "cycles_per_token_estimate", "macs_per_token"]
 
 TOP_NAME = "hardwire_decoder"
-_MV_OVERHEAD = MAC_LATENCY + 3 + 4  # MAC pipeline, rescale, start and hand-over states
-
-
-def macs_per_token(qm: QModel, position: int) -> int:
-    """Multiply-accumulates for one token at `position` (0-based): projections, head, attention."""
-    cfg = qm.config
-    weights = sum(int(lin.codes.numel()) for _, lin in qm.linears())
-    attention = 2 * cfg.n_layers * cfg.n_heads * cfg.head_dim * (position + 1)  # q·k and p·v
-    return weights + attention
-
-
-def cycles_per_token_estimate(qm: QModel, lanes: int, position: int) -> int:
-    """The static schedule's cycle count for one token at `position`, phase by phase (docs/hardware.md)."""
-    cfg = qm.config
-    d, hd = cfg.d_model, cfg.head_dim
-
-    def chunks(n: int) -> int:
-        return -(-n // lanes)
-
-    def matvec(rows: int, cols: int) -> int:
-        return rows * chunks(cols) + _MV_OVERHEAD
-
-    # every norm is loaded by the residual write before it (embedding, O, DOWN); what is left is its tail:
-    # the sums' drain and the d outputs (LayerNorm: also its second pass over the vector)
-    norm = (2 * d + 13 if cfg.norm == "layer" else d + 12) + 3
-    n = position + 1
-    total = chunks(d) * (lanes + 1) * (2 if cfg.positions == "learned" else 1) + 4  # embedding (+ positions)
-    for layer in qm.layers:
-        total += 2 * norm
-        total += sum(matvec(*getattr(layer, p).codes.shape) for p in ("q", "k", "v", "o", "up", "down"))
-        total += matvec(*layer.gate.codes.shape) if layer.gate is not None else 0
-        if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs
-            rope_q, rope_k = cfg.n_heads * hd + 4, cfg.n_kv_heads * hd + 4
-            total += max(0, rope_q - matvec(*layer.k.codes.shape)) + max(0, rope_k - matvec(*layer.v.codes.shape)) + 3
-        else:
-            total += (cfg.n_heads + cfg.n_kv_heads) * hd + 4
-        per_head = matvec(n, hd) + (2 * n + 20) + matvec(hd, n)  # the softmax loads while SCORES runs
-        total += cfg.n_heads * per_head
-        if qm.lora.rank:  # each adapted projection first runs LoRA A: rank rows over its inputs
-            total += sum(matvec(qm.lora.rank, getattr(layer, site).codes.shape[1]) for site in qm.lora.sites
-                         if getattr(layer, site) is not None)
-    total += norm + matvec(*qm.head.codes.shape) + 8  # final norm, head, argmax, emit
-    return total
+# the reference board for the block-RAM bandwidth bound: the ULX3S-85F's 208 DP16KD, one 36-bit read port each
+REFERENCE_PORT_BITS = 208 * 36
 
 
 @dataclass(frozen=True)
@@ -71,35 +32,45 @@ class BuildReport:
     weight_storage_bits: int  # bits in the weight stores as built (padding, MXFP4 shifts included)
     scheme: str
     storage: str
-    lanes: int
+    rows: int  # row units of the engine
+    attention_rows: int | None  # rows of the attention products as asked (None: the default, HardwarePlan.attn_rows)
+    softmax_lanes: int  # elements per cycle of the softmax's exponent and output passes
+    lanes: int  # MACs per row unit and cycle
     context: int
     position: int  # the position the per-token figures are stated at
     macs_per_token: int
     cycles_per_token_estimate: int
-    lane_bound_cycles: int  # macs_per_token / lanes: what a schedule with no overhead would take
+    mac_bound_cycles: int  # macs_per_token / (rows x lanes): what a schedule with no overhead would take
+    bram_bound_cycles: int  # weight bits / the ULX3S-85F's block-RAM port bits per cycle: no design streams faster
+    latency_floor_cycles: int  # the dependency chain of one token with unlimited MACs
     kv_cache_bits: int
     verilog_seconds: float
 
     def summary(self) -> str:
-        ratio = self.cycles_per_token_estimate / self.lane_bound_cycles
+        ratio = self.cycles_per_token_estimate / self.mac_bound_cycles
+        shape = HardwarePlan(self.rows, self.lanes, attention_rows=self.attention_rows).shape
         return "\n".join([
             f"scheme {self.scheme}, {self.params:,} weights, {self.weight_bits:,} code bits "
             f"({self.avg_weight_bits:.2f} bits/weight), {self.storage} storage of {self.weight_storage_bits:,} bits",
             f"KV cache {self.kv_cache_bits:,} bits ({self.context} positions)",
-            f"at position {self.position}: {self.macs_per_token:,} MACs/token, {self.lanes} lanes -> "
-            f"{self.cycles_per_token_estimate:,} cycles/token estimated ({ratio:.2f} x the lane bound of "
-            f"{self.lane_bound_cycles:,})",
+            f"at position {self.position}: {self.macs_per_token:,} MACs/token, {shape} "
+            f"-> {self.cycles_per_token_estimate:,} cycles/token estimated ({ratio:.2f} x the MAC bound of "
+            f"{self.mac_bound_cycles:,}; latency floor {self.latency_floor_cycles:,}, block-RAM bound "
+            f"{self.bram_bound_cycles:,})",
         ])
 
 
-def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, position: int | None = None,
-               progress: bool = True, vocab: tuple[str, ...] | None = None) -> BuildReport:
+def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1, attention_rows: int | None = None,
+               softmax_lanes: int = 1, position: int | None = None, progress: bool = True,
+               vocab: tuple[str, ...] | None = None) -> BuildReport:
     """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report."""
     out.mkdir(parents=True, exist_ok=True)
-    decoder = Decoder(qm, lanes=lanes, storage=storage)
+    decoder = Decoder(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
+                      softmax_lanes=softmax_lanes)
+    plan = decoder.plan
     start = time.time()
     if progress:
-        print(f"generating Verilog ({storage} storage, {lanes} lanes) ...", flush=True)
+        print(f"generating Verilog ({storage} storage, {plan.shape}) ...", flush=True)
     text = verilog.convert(decoder, name=TOP_NAME, emit_src=False)
     elapsed = time.time() - start
     (out / "decoder.v").write_text(text)
@@ -109,17 +80,19 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, position: int
     position = qm.context // 2 if position is None else position
     cfg = qm.config
     macs = macs_per_token(qm, position)
-    stores = [lin for _, lin in qm.linears()] + [qm.embed] + ([qm.pos] if qm.pos is not None else [])
-    storage_bits = 0
-    for table in stores:
-        rows, cols = table.codes.shape
-        word = lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)
-        storage_bits += rows * -(-cols // lanes) * word
+    storage_bits = sum(depth * width for _, depth, width in weight_bank_shapes(qm, plan))
+    for table in [qm.embed] + ([qm.pos] if qm.pos is not None else []):
+        table_rows, cols = table.codes.shape
+        storage_bits += table_rows * plan.chunks(cols) * (lanes * table.bits + (5 if table.scheme == "mxfp4" else 0))
     report = BuildReport(
         params=qm.n_weights, weight_bits=qm.weight_bits, avg_weight_bits=round(qm.avg_weight_bits, 4),
-        weight_storage_bits=storage_bits, scheme=qm.scheme, storage=storage, lanes=lanes, context=qm.context,
-        position=position, macs_per_token=macs, cycles_per_token_estimate=cycles_per_token_estimate(qm, lanes, position),
-        lane_bound_cycles=-(-macs // lanes), kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
+        weight_storage_bits=storage_bits, scheme=qm.scheme, storage=storage, rows=rows, lanes=lanes,
+        attention_rows=attention_rows, softmax_lanes=softmax_lanes,
+        context=qm.context, position=position, macs_per_token=macs,
+        cycles_per_token_estimate=cycles_per_token_estimate(qm, plan, position),
+        mac_bound_cycles=-(-macs // plan.macs_per_cycle), bram_bound_cycles=-(-qm.weight_bits // REFERENCE_PORT_BITS),
+        latency_floor_cycles=latency_floor_cycles(qm, plan, position),
+        kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
         verilog_seconds=round(elapsed, 1))
     fields = {k: v for k, v in report.__dict__.items() if k != "verilog_seconds"}  # byte-identical reruns
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")

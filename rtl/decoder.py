@@ -25,14 +25,16 @@ from .activation import Glu, TableLookup
 from .argmax import Argmax
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
-from .norm import NormUnit
+from .norm import NormSite, NormUnit
+from .plan import KV_BITS, HardwarePlan, weight_formats
 from .rescale import Rescale
 from .rope import Rope
+from .row_serializer import RowSerializer
 from .softmax import Softmax
+from .weight_banks import WeightBanks
 from .weight_store import WeightStore
 
 ACT_BITS = 17  # MAC activations: int8 and int16 values, and Q15 probabilities up to 32768
-KV_BITS = 8
 MAX_LORA_RANK = 64  # LoRA B t: one multiplier per rank, all in the epilogue
 
 
@@ -77,8 +79,15 @@ def status_layout() -> data.StructLayout:
                               "busy": 1, "context_full": 1, "bad_token": 1})
 
 
-def _check(qm: QModel, lanes: int, storage: str) -> None:
+def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None) -> None:
     cfg = qm.config
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 64 or rows & (rows - 1):
+        raise ValueError(f"rows must be a power of two from 1 to 64, got {rows!r}")
+    if attention_rows is not None:
+        ok = [a for a in range(1, rows + 1) if not a & (a - 1) and cfg.head_dim % a == 0]
+        if attention_rows not in ok:
+            raise ValueError(f"attention rows must be a power of two that divides the head width {cfg.head_dim} and is "
+                             f"at most rows ({rows}), got {attention_rows!r}; accepted: {', '.join(map(str, ok))}")
     if storage not in ("rom", "logic"):
         raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
     if lanes < 1 or lanes & (lanes - 1) or lanes > 64:
@@ -100,13 +109,21 @@ def _check(qm: QModel, lanes: int, storage: str) -> None:
 class Decoder(wiring.Component):
     """Token stream in (with a new-sequence flag), next-token stream out, status counters."""
 
-    def __init__(self, qm: QModel, *, lanes: int = 8, storage: str = "rom") -> None:
+    def __init__(self, qm: QModel, *, rows: int = 1, lanes: int = 8, storage: str = "rom",
+                 attention_rows: int | None = None, softmax_lanes: int = 1) -> None:
         try:
-            _check(qm, lanes, storage)
+            _check(qm, rows, lanes, storage, attention_rows)
+            if softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
+                raise ValueError(f"softmax lanes must be a power of two that divides lanes ({lanes}), got "
+                                 f"{softmax_lanes!r}")
         except ValueError:
             self._MustUse__silence = True
             raise
-        self.qm, self.lanes, self.storage = qm, lanes, storage
+        self.qm, self.rows, self.lanes, self.storage = qm, rows, lanes, storage
+        self.plan = HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
+                                 softmax_lanes=softmax_lanes)
+        # attention runs `rows` positions (scores) or channels (weighted sum) at once when the head width allows
+        self.attn_rows = self.plan.attn_rows(qm.config.head_dim)
         cfg = qm.config
         self.token_bits = max(1, (cfg.vocab_size - 1).bit_length())
         super().__init__({
@@ -134,13 +151,21 @@ class Decoder(wiring.Component):
         linears = dict(qm.linears())
         acc_bits = max(max(lin.acc_bits for lin in linears.values()), 32) + 1
 
-        # -- weight stores and their per-row epilogue constants -------------------------------
-        stores: dict[str, WeightStore] = {}
+        # -- weight banks (one set per storage format) and the per-row epilogue constants -------------
+        rows = self.rows
+        formats = weight_formats(qm)
+        banks: list[WeightBanks] = []
+        bank_of, base_of = {}, {}
+        for index, ((scheme, bits), names) in enumerate(formats.items()):
+            wb = WeightBanks([(linears[n].codes.numpy(), linears[n].block_shift.numpy()) for n in names], rows=rows,
+                             lanes=lanes, code_bits=bits, scheme=scheme, storage=self.storage)
+            m.submodules[f"weights{index}"] = wb
+            banks.append(wb)
+            for n, base in zip(names, wb.bases, strict=True):
+                bank_of[n], base_of[n] = index, base
+        self.banks = banks
         params: dict[str, object] = {}
         for index, (name, lin) in enumerate(linears.items()):
-            store = WeightStore(lin.codes.numpy(), lin.block_shift.numpy(), lanes=lanes, code_bits=lin.bits,
-                                scheme=lin.scheme, storage=self.storage)
-            m.submodules[f"w{index}"] = stores[name] = store
             params[name] = self._param_rom(m, f"p{index}", lin, acc_bits)
         embed = WeightStore(qm.embed.codes.numpy(), qm.embed.block_shift.numpy(), lanes=lanes,
                             code_bits=qm.embed.bits, scheme=qm.embed.scheme, storage=self.storage)
@@ -165,18 +190,25 @@ class Decoder(wiring.Component):
         }
         for name, mem in mems.items():
             m.submodules[name] = mem
-        kcache = [Memory(shape=kv_layout, depth=ctx * c_kv, init=[]) for _ in range(cfg.n_layers)]
-        vcache = [Memory(shape=kv_layout, depth=kvdim * c_ctx, init=[]) for _ in range(cfg.n_layers)]  # V transposed
+        # the KV cache in `attn_rows` banks per layer, so that the scores of attn_rows positions (K: position p in
+        # bank p % attn_rows) and the weighted sums of attn_rows channels (V transposed: channel j in bank
+        # j % attn_rows) are formed at once
+        attn_rows = self.attn_rows
+        kcache = [[Memory(shape=kv_layout, depth=-(-ctx // attn_rows) * c_kv, init=[]) for _ in range(attn_rows)]
+                  for _ in range(cfg.n_layers)]
+        vcache = [[Memory(shape=kv_layout, depth=kvdim // attn_rows * c_ctx, init=[]) for _ in range(attn_rows)]
+                  for _ in range(cfg.n_layers)]  # V transposed
         for i in range(cfg.n_layers):
-            m.submodules[f"kcache{i}"], m.submodules[f"vcache{i}"] = kcache[i], vcache[i]
+            for b in range(attn_rows):
+                m.submodules[f"kcache{i}_{b}"], m.submodules[f"vcache{i}_{b}"] = kcache[i][b], vcache[i][b]
         m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
         m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
         # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
         m.submodules.raw_q = raw_q = Memory(shape=signed(8), depth=qdim, init=[])
         m.submodules.raw_k = raw_k = Memory(shape=signed(8), depth=kvdim, init=[])
         self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw_q": raw_q, "raw_k": raw_k,  # for testbenches
-                         **{f"kcache{i}": mem for i, mem in enumerate(kcache)},
-                         **{f"vcache{i}": mem for i, mem in enumerate(vcache)}}
+                         **{f"kcache{i}_{b}": mem for i, layer in enumerate(kcache) for b, mem in enumerate(layer)},
+                         **{f"vcache{i}_{b}": mem for i, layer in enumerate(vcache) for b, mem in enumerate(layer)}}
 
         resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
         gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
@@ -184,25 +216,29 @@ class Decoder(wiring.Component):
         rk1, rk2, rk_wr = raw_k.read_port(domain="comb"), raw_k.read_port(domain="comb"), raw_k.write_port()
         rd = {name: mem.read_port() for name, mem in mems.items()}
         wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
-        k_rd = [mem.read_port() for mem in kcache]
-        k_wr = [mem.write_port(granularity=1) for mem in kcache]
-        v_rd = [mem.read_port() for mem in vcache]
-        v_wr = [mem.write_port(granularity=1) for mem in vcache]
+        k_rd = [[mem.read_port() for mem in layer] for layer in kcache]
+        k_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in kcache]
+        v_rd = [[mem.read_port() for mem in layer] for layer in vcache]
+        v_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in vcache]
 
         # -- units ------------------------------------------------------------------------------
-        m.submodules.mac = mac = MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits)
+        macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits) for _ in range(rows)]
+        for r, mac in enumerate(macs):
+            m.submodules[f"mac{r}"] = mac
+        m.submodules.serializer = serializer = RowSerializer(rows, acc_bits)
         m.submodules.rescale = rescale = Rescale(acc_bits + 1, 32)
         m.submodules.embed_rescale = emb_rescale = Rescale(8 + 24 + 1, 16)
-        norms = {}
+        # one norm unit for every norm site (they run one at a time), with each site's constants
+        norm_sites = {}
         for i, layer in enumerate(qm.layers):
-            for site, qn in (("attn", layer.attn_norm), ("mlp", layer.mlp_norm)):
-                unit = NormUnit(d, qn.kind, qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
-                m.submodules[f"norm_{site}{i}"] = norms[f"{site}{i}"] = unit
-        fn = qm.final_norm
-        m.submodules.norm_final = norms["final"] = NormUnit(d, fn.kind, fn.eps_q, fn.mult.tolist(), fn.shift.tolist())
+            norm_sites[f"attn{i}"], norm_sites[f"mlp{i}"] = layer.attn_norm, layer.mlp_norm
+        norm_sites["final"] = qm.final_norm
+        norm_unit = NormUnit(d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
+                                           for qn in norm_sites.values()], lanes=self.plan.vector_lanes)
+        m.submodules.norm = norm_unit
         softmaxes, acts = [], []
         for i, layer in enumerate(qm.layers):
-            sm = Softmax(ctx, layer.sm_mult, layer.sm_shift)
+            sm = Softmax(ctx, layer.sm_mult, layer.sm_shift, lanes=self.plan.softmax_lanes)
             unit = Glu(layer.act_table) if gated else TableLookup(layer.act_table)
             m.submodules[f"softmax{i}"], m.submodules[f"act{i}"] = sm, unit
             softmaxes.append(sm)
@@ -286,12 +322,15 @@ class Decoder(wiring.Component):
         mv_start = Signal()  # one-cycle pulse, set by the schedule with the mv_* registers below
         m.d.sync += mv_start.eq(0)
         mv_tensor = Signal(range(max(2, len(linears))))
+        mv_format = Signal(range(max(2, len(banks))))
+        mv_group = Signal(range(rows + 1))  # rows per group: all (a weight matrix), attn_rows, or one (LoRA A)
         mv_mode = Signal(Mode)
         mv_src = Signal(Source)
         mv_attn = Signal()  # codes from the K / V cache instead of a weight store
         mv_rows = Signal(range(max(ctx, cfg.ffn, cfg.vocab_size, d, qdim) + 1))
         mv_chunks = Signal(range(self.chunks(max(ctx, cfg.ffn, d, qdim)) + 1))
-        max_words = max([ctx * c_kv, kvdim * c_ctx] + [store.words for store in stores.values()])
+        mv_groups = Signal.like(mv_rows)
+        max_words = max([ctx * c_kv, kvdim * c_ctx] + [wb.words for wb in banks])
         mv_row_stride = Signal(range(max_words + 1))
         mv_code_base = Signal(range(max_words + 1))
         mv_act_base = Signal(range(self.chunks(max(big, cfg.ffn, ctx)) + 1))
@@ -300,15 +339,15 @@ class Decoder(wiring.Component):
         issuing, pending = Signal(), Signal()
         first_q, last_q = Signal(), Signal()
         advance = Signal()
-        m.d.comb += advance.eq(~pending | mac.i.ready)
+        m.d.comb += advance.eq(~pending | macs[0].i.ready)
         code_addr = Signal.like(mv_code_base)
         act_addr = Signal.like(mv_act_base)
         m.d.comb += [code_addr.eq(row_base + chunk), act_addr.eq(mv_act_base + chunk)]
-        for store in stores.values():
-            m.d.comb += [store.addr.eq(code_addr), store.en.eq(advance)]
+        for wb in banks:
+            m.d.comb += [wb.addr.eq(code_addr), wb.en.eq(advance)]
         for port in rd.values():
             m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
-        for port in k_rd + v_rd + a_rd:
+        for port in [p for layer in k_rd + v_rd for p in layer] + a_rd:
             m.d.comb += [port.addr.eq(code_addr), port.en.eq(advance)]
         with m.If(mv_start):
             m.d.sync += [issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(mv_code_base)]
@@ -318,35 +357,50 @@ class Decoder(wiring.Component):
                 m.d.sync += [first_q.eq(chunk == 0), last_q.eq(chunk == mv_chunks - 1)]
                 with m.If(chunk == mv_chunks - 1):
                     m.d.sync += [chunk.eq(0), row.eq(row + 1), row_base.eq(row_base + mv_row_stride)]
-                    with m.If(row == mv_rows - 1):
+                    with m.If(row == mv_groups - 1):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
                     m.d.sync += chunk.eq(chunk + 1)
         # codes: the selected weight store, or this layer's K / V cache word
-        codes_sel = Signal(data.ArrayLayout(signed(8), lanes))
-        shift_sel = Signal(5)
-        with m.If(mv_attn), m.Switch(layer_sel):
+        codes_sel = Signal(data.ArrayLayout(data.ArrayLayout(signed(8), lanes), rows))  # one word per row unit
+        shift_sel = Signal(data.ArrayLayout(unsigned(5), rows))
+        with m.If(mv_attn), m.Switch(layer_sel):  # row unit b reads KV bank b
             for i in range(cfg.n_layers):
                 with m.Case(i):
-                    with m.If(mv_mode == Mode.SCORES):
-                        m.d.comb += [codes_sel[j].eq(k_rd[i].data[j]) for j in range(lanes)]
-                    with m.Else():
-                        m.d.comb += [codes_sel[j].eq(v_rd[i].data[j]) for j in range(lanes)]
+                    for b in range(attn_rows):
+                        with m.If(mv_mode == Mode.SCORES):
+                            m.d.comb += [codes_sel[b][j].eq(k_rd[i][b].data[j]) for j in range(lanes)]
+                        with m.Else():
+                            m.d.comb += [codes_sel[b][j].eq(v_rd[i][b].data[j]) for j in range(lanes)]
         with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):  # A of the slot: int8 codes, no block shift
             for n, port in enumerate(a_rd):
                 with m.Case(n):
-                    m.d.comb += [codes_sel[j].eq(port.data[j]) for j in range(lanes)]
-        with m.Else(), m.Switch(mv_tensor):
-            for index, store in enumerate(stores.values()):
+                    m.d.comb += [codes_sel[0][j].eq(port.data[j]) for j in range(lanes)]
+        with m.Else(), m.Switch(mv_format):
+            for index, wb in enumerate(banks):
                 with m.Case(index):
-                    m.d.comb += [codes_sel.eq(store.codes), shift_sel.eq(store.shift)]
+                    m.d.comb += [codes_sel.eq(wb.codes), shift_sel.eq(wb.shift)]
         acts_sel = Signal(act_layout)
         with m.Switch(mv_src):
             for src, name in ((Source.ACT, "act"), (Source.HID, "hid"), (Source.Q, "qrot"), (Source.PROBS, "probs")):
                 with m.Case(src):
                     m.d.comb += acts_sel.eq(rd[name].data)
-        m.d.comb += [mac.i.valid.eq(pending), mac.i.payload.codes.eq(codes_sel), mac.i.payload.shift.eq(shift_sel),
-                     mac.i.payload.acts.eq(acts_sel), mac.i.payload.first.eq(first_q), mac.i.payload.last.eq(last_q)]
+        for r, mac in enumerate(macs):  # the activation word is broadcast to every row unit
+            m.d.comb += [mac.i.valid.eq(pending), mac.i.payload.codes.eq(codes_sel[r]),
+                         mac.i.payload.shift.eq(shift_sel[r]), mac.i.payload.acts.eq(acts_sel),
+                         mac.i.payload.first.eq(first_q), mac.i.payload.last.eq(last_q)]
+        # the row units finish together; the serializer hands their sums on one per cycle, in row order
+        rows_loaded = Signal.like(mv_rows)
+        rows_left = Signal.like(mv_rows)
+        m.d.comb += rows_left.eq(mv_rows - rows_loaded)
+        m.d.comb += [serializer.i.valid.eq(macs[0].o.valid),
+                     serializer.i.payload.count.eq(Mux(rows_left >= mv_group, mv_group, rows_left))]
+        for r, mac in enumerate(macs):
+            m.d.comb += [serializer.i.payload.values[r].eq(mac.o.payload), mac.o.ready.eq(serializer.i.ready)]
+        with m.If(mv_start):
+            m.d.sync += rows_loaded.eq(0)
+        with m.Elif(serializer.i.valid & serializer.i.ready):
+            m.d.sync += rows_loaded.eq(rows_loaded + serializer.i.payload.count)
 
         # -- epilogue: bias and rescale, then the destination ----------------------------------------
         row_in = Signal.like(mv_rows)  # rows that entered the rescale
@@ -371,10 +425,10 @@ class Decoder(wiring.Component):
                     port = params[name]
                     m.d.comb += [port.addr.eq(row_in), bias.eq(port.data.bias), mult.eq(port.data.mult),
                                  shift.eq(port.data.shift)]
-        m.d.comb += [rescale.i.valid.eq(mac.o.valid), mac.o.ready.eq(rescale.i.ready),
-                     rescale.i.payload.value.eq(mac.o.payload + bias), rescale.i.payload.mult.eq(mult),
+        m.d.comb += [rescale.i.valid.eq(serializer.o.valid), serializer.o.ready.eq(rescale.i.ready),
+                     rescale.i.payload.value.eq(serializer.o.payload + bias), rescale.i.payload.mult.eq(mult),
                      rescale.i.payload.shift.eq(shift)]
-        with m.If(mac.o.valid & rescale.i.ready):
+        with m.If(serializer.o.valid & rescale.i.ready):
             m.d.sync += row_in.eq(row_in + 1)
         with m.If(mv_start):
             m.d.sync += [row_in.eq(0), row_out.eq(0)]
@@ -442,9 +496,8 @@ class Decoder(wiring.Component):
                 with m.Switch(layer_sel):
                     for i in range(cfg.n_layers):
                         with m.Case(i):
-                            m.d.comb += [v_wr[i].addr.eq(row_out * c_ctx + position // lanes),
-                                         v_wr[i].en.eq(Mux(took, 1 << (position % lanes), 0))]
-                            m.d.comb += [v_wr[i].data[j].eq(y8) for j in range(lanes)]
+                            self._bank_write(m, v_wr[i], row_out, (row_out // attn_rows) * c_ctx + position // lanes,
+                                             position % lanes, y8, took)
             with m.Case(Mode.RESID):
                 total = Signal(signed(18))
                 m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
@@ -505,37 +558,41 @@ class Decoder(wiring.Component):
                                Mux(mv_mode == Mode.UP, hid_count == mv_rows, 1))
 
         # -- the schedule ----------------------------------------------------------------------------
-        def start_mv(name_or_mode: str | Mode, *, rows: int, chunks: int, mode: Mode, src: Source,
+        def start_mv(name_or_mode: str | Mode, *, rows: object, chunks: int, mode: Mode, src: Source,
                      code_base: object = 0, stride: int | None = None, act_base: object = 0) -> list:
+            matrix = isinstance(name_or_mode, str)  # a weight matrix: `rows` rows per group from the banks
+            group = self.rows if matrix else attn_rows if name_or_mode in (Mode.SCORES, Mode.PV) else 1
+            groups = -(-rows // group) if isinstance(rows, int) else (rows + group - 1) // group
             stmts = [mv_start.eq(1), mv_mode.eq(mode), mv_src.eq(src), mv_rows.eq(rows), mv_chunks.eq(chunks),
-                     mv_code_base.eq(code_base), mv_row_stride.eq(chunks if stride is None else stride),
+                     mv_groups.eq(groups), mv_group.eq(group),
+                     mv_code_base.eq(base_of[name_or_mode] if matrix else code_base),
+                     mv_row_stride.eq(chunks if stride is None else stride),
                      mv_act_base.eq(act_base), mv_attn.eq(name_or_mode in (Mode.SCORES, Mode.PV)), lora_on.eq(0)]
-            if isinstance(name_or_mode, str):
-                stmts.append(mv_tensor.eq(list(linears).index(name_or_mode)))
+            if matrix:
+                stmts += [mv_tensor.eq(list(linears).index(name_or_mode)), mv_format.eq(bank_of[name_or_mode])]
             return _Start(stmts, name_or_mode, chunks, src)
 
         # norm feeding: residual element i into the selected norm unit, outputs into act
-        n_in, n_out = Signal(range(d + 1)), Signal(range(d + 1))
-        norm_sel = Signal(range(max(2, len(norms))))
-        norm_names = list(norms)
+        norm_words = -(-d // norm_unit.lanes)
+        n_in, n_out = Signal(range(d + 1)), Signal(range(norm_words + 1))
+        norm_sel = Signal(range(max(2, len(norm_sites))))
+        norm_names = list(norm_sites)
         norm_done = Signal()
         norm_running = Signal()
-        for k, name in enumerate(norm_names):
-            unit = norms[name]
-            with m.If(norm_running & (norm_sel == k)):
-                with m.If(norm_fused):  # fed by the residual update's epilogue, one element per row it writes
-                    m.d.comb += [unit.i.valid.eq(resid_took), unit.i.payload.eq(resid_new),
-                                 norm_in_ready.eq(unit.i.ready)]
-                with m.Else():  # fed from the residual memory (after the embedding)
-                    m.d.comb += [unit.i.valid.eq(n_in < d), unit.i.payload.eq(resid_rd.data)]
-                m.d.comb += unit.o.ready.eq(1)
-                with m.If(unit.i.valid & unit.i.ready):
-                    m.d.sync += n_in.eq(n_in + 1)
-                with m.If(unit.o.valid):
-                    m.d.sync += n_out.eq(n_out + 1)
-                    m.d.comb += [wr["act"].addr.eq(n_out // lanes), wr["act"].en.eq(1 << (n_out % lanes))]
-                    m.d.comb += [wr["act"].data[j].eq(unit.o.payload) for j in range(lanes)]
-        m.d.comb += norm_done.eq(n_out == d)
+        m.d.comb += norm_unit.site.eq(norm_sel)
+        with m.If(norm_running):
+            with m.If(norm_fused):  # fed by the residual update's epilogue, one element per row it writes
+                m.d.comb += [norm_unit.i.valid.eq(resid_took), norm_unit.i.payload.eq(resid_new),
+                             norm_in_ready.eq(norm_unit.i.ready)]
+            with m.Else():  # fed from the residual memory
+                m.d.comb += [norm_unit.i.valid.eq(n_in < d), norm_unit.i.payload.eq(resid_rd.data)]
+            m.d.comb += norm_unit.o.ready.eq(1)
+            with m.If(norm_unit.i.valid & norm_unit.i.ready):
+                m.d.sync += n_in.eq(n_in + 1)
+            with m.If(norm_unit.o.valid):  # a word of vector_lanes elements into its lanes of an act word
+                m.d.sync += n_out.eq(n_out + 1)
+                self._lane_group_write(m, wr["act"], n_out, norm_unit.o.payload, lanes)
+        m.d.comb += norm_done.eq(n_out == norm_words)
 
         # rope: pairs (head, i) from raw into q (rotated) or the K cache at this position
         pair_in, pair_out = Signal(range(qdim // 2 + 1)), Signal(range(qdim // 2 + 1))
@@ -691,7 +748,7 @@ class Decoder(wiring.Component):
                     nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < cfg.n_heads else f"L{i}_O"
                     with m.State(f"L{i}_H{h}_PV"):
                         m.d.sync += start_mv(Mode.PV, rows=hd, chunks=(position + lanes) // lanes, mode=Mode.PV,
-                                             src=Source.PROBS, code_base=g * hd * c_ctx, stride=c_ctx)
+                                             src=Source.PROBS, code_base=g * hd // attn_rows * c_ctx, stride=c_ctx)
                         m.next = f"L{i}_H{h}_PV_WAIT"
                     with m.State(f"L{i}_H{h}_PV_WAIT"), m.If(mv_done):
                         m.next = nxt
@@ -778,18 +835,32 @@ class Decoder(wiring.Component):
             with m.Elif((lane == lanes) & (emb_i < d)):  # word used up: the rescale keeps what is in flight
                 m.next = f"{prefix}_READ"
 
+    @staticmethod
+    def _bank_write(m: Module, ports: list, index: object, addr: object, lane: object, value: object,
+                    en: object) -> None:
+        """One element into lane `lane` of word `addr` of bank `index % len(ports)` (the others do not write)."""
+        for b, port in enumerate(ports):
+            hit = en if len(ports) == 1 else en & (index % len(ports) == b)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(Mux(hit, 1 << lane, 0))]
+            m.d.comb += [port.data[j].eq(value) for j in range(len(port.data))]
+
+    def _k_write(self, m: Module, k_wr: list, layer_sel: Signal, position: Signal, el: object, val: object,
+                 en: object, c_kv: int) -> None:
+        """One element of k (after RoPE) into this layer's K cache at `position` (bank position % attn_rows)."""
+        with m.Switch(layer_sel):
+            for i, ports in enumerate(k_wr):
+                with m.Case(i):
+                    self._bank_write(m, ports, position, (position // self.attn_rows) * c_kv + el // self.lanes,
+                                     el % self.lanes, val, en)
+
     def _rope_writes(self, m: Module, lanes: int, c_kv: int, is_k: Signal, en: Signal, el: Signal, val: Signal,
                      q_wr: object, k_wr: list, layer_sel: Signal, position: Signal) -> None:
         """One rotated element into q (act layout) or this layer's K cache row at `position`."""
         with m.If(~is_k):
             m.d.comb += [q_wr.addr.eq(el // lanes), q_wr.en.eq(Mux(en, 1 << (el % lanes), 0))]
             m.d.comb += [q_wr.data[j].eq(val) for j in range(lanes)]
-        with m.Else(), m.Switch(layer_sel):
-            for i, port in enumerate(k_wr):
-                with m.Case(i):
-                    m.d.comb += [port.addr.eq(position * c_kv + el // lanes),
-                                 port.en.eq(Mux(en, 1 << (el % lanes), 0))]
-                    m.d.comb += [port.data[j].eq(val) for j in range(lanes)]
+        with m.Else():
+            self._k_write(m, k_wr, layer_sel, position, el, val, en, c_kv)
 
     def _copy_state(self, m: Module, name: str, nxt: str, count: int, raw_rd: object, q_wr: object | None,
                     k_wr: list | None, lanes: int, c_kv: int, layer_sel: Signal, position: Signal) -> None:
@@ -806,33 +877,34 @@ class Decoder(wiring.Component):
                     m.d.comb += [q_wr.addr.eq(index // lanes), q_wr.en.eq(1 << (index % lanes))]
                     m.d.comb += [q_wr.data[j].eq(raw_rd.data) for j in range(lanes)]
                 else:
-                    with m.Switch(layer_sel):
-                        for i, port in enumerate(k_wr):
-                            with m.Case(i):
-                                m.d.comb += [port.addr.eq(position * c_kv + index // lanes),
-                                             port.en.eq(1 << (index % lanes))]
-                                m.d.comb += [port.data[j].eq(raw_rd.data) for j in range(lanes)]
+                    self._k_write(m, k_wr, layer_sel, position, index, raw_rd.data, 1, c_kv)
+
+    @staticmethod
+    def _lane_group_write(m: Module, port: object, index: object, values: object, lanes: int,
+                          clear_above: object = 0) -> None:
+        """Word `index` of len(values)-element words into its lanes of a `lanes`-wide memory (len(values) divides
+        lanes); with `clear_above` high, the lanes above the group are written 0 too."""
+        width = len(values)
+        first = index * width  # the element in the group's first lane
+        m.d.comb += port.addr.eq(first // lanes)
+        with m.Switch(first % lanes if width < lanes else 0):
+            for offset in range(0, lanes, width):
+                with m.Case(offset):
+                    ours = ((1 << width) - 1) << offset
+                    m.d.comb += port.en.eq(Mux(clear_above, ((1 << lanes) - 1) & ~((1 << offset) - 1), ours))
+                    m.d.comb += [port.data[j].eq(values[j - offset] if offset <= j < offset + width else 0)
+                                 for j in range(lanes)]
 
     def _softmax_state(self, m: Module, name: str, nxt: str, sm: Softmax, probs_wr: object, lanes: int) -> None:
-        """Probabilities of one head into whole words of `probs` (unused lanes zero)."""
-        t = Signal(range(self.qm.context + 1), name=f"{name.lower()}_t")
-        word = Signal(data.ArrayLayout(signed(ACT_BITS), lanes), name=f"{name.lower()}_word")
+        """Words of probabilities of one head into `probs` (softmax_lanes divides lanes); the lanes of the last
+        word past the row's end are written 0, so that the weighted sum never reads a stale probability."""
+        width = sm.lanes
+        k = Signal(range(self.plan.chunks(self.qm.context) * lanes // width + 1), name=f"{name.lower()}_k")
         with m.State(name):
             m.d.comb += sm.o.ready.eq(1)
             with m.If(sm.o.valid):
-                lane = t % lanes
-                filled = Signal(data.ArrayLayout(signed(ACT_BITS), lanes), name=f"{name.lower()}_filled")
-                m.d.comb += filled.eq(word)
-                with m.Switch(lane):
-                    for j in range(lanes):
-                        with m.Case(j):
-                            m.d.comb += filled[j].eq(sm.o.payload.prob)
-                with m.If((lane == lanes - 1) | sm.o.payload.last):
-                    m.d.comb += [probs_wr.addr.eq(t // lanes), probs_wr.en.eq((1 << lanes) - 1), probs_wr.data.eq(filled)]
-                    m.d.sync += word.eq(0)
-                with m.Else():
-                    m.d.sync += word.eq(filled)
-                m.d.sync += t.eq(t + 1)
+                self._lane_group_write(m, probs_wr, k, sm.o.payload.probs, lanes, clear_above=sm.o.payload.last)
+                m.d.sync += k.eq(k + 1)
                 with m.If(sm.o.payload.last):
-                    m.d.sync += t.eq(0)
+                    m.d.sync += k.eq(0)
                     m.next = nxt

@@ -2,16 +2,20 @@
 
 u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; e = max(0, bit_length(ss) - 10) rounded up
 to even; r = RSQRT[ss >> e]; t = round_shift(u * r, e/2 + 8) (int17); out = rescale(t, mult[j], shift[j], 8).
-The vector is kept in a d-entry RAM while the per-vector quantities are accumulated, then read back
-once (twice for LayerNorm) at one element per cycle.
+The vector is kept in a RAM of `lanes`-element words while the per-vector quantities are accumulated,
+then read back a word per cycle: once, or twice for LayerNorm (its sum of squares needs the mean).
+
+One unit serves every norm of the model: each norm site has its own eps_q and per-channel
+(mult, shift), chosen by the `site` input, and the decoder runs one norm at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -38,38 +42,55 @@ def max_sum_of_squares(d: int, kind: str) -> int:
     return d * (d // 2) * (d - d // 2) * ((1 << X_BITS) - 1) ** 2
 
 
-class NormUnit(wiring.Component):
-    """Stream of d int16 residual elements in, stream of d int8 normalised elements out, per vector.
+class NormSite(NamedTuple):
+    """The constants of one norm (numerics §4): eps in sum-of-squares units and the per-channel rescale."""
 
-    Vectors are processed one at a time; `i.ready` is low from the last element of a vector until the
-    last output of that vector has been taken. Without idle input or backpressure one vector takes
-    2d + 11 cycles (rms) or 3d + 12 cycles (layer) from its first input to the first input of the next:
+    eps_q: int
+    mult: Sequence[int]
+    shift: Sequence[int]
+
+
+class NormUnit(wiring.Component):
+    """Stream of d int16 residual elements in, words of `lanes` int8 normalised elements out, per vector.
+
+    `site` selects the norm's constants; it must hold from a vector's first input to its last output.
+    Output word k holds elements k*lanes .. k*lanes + lanes - 1; lanes past d are 0. Vectors are
+    processed one at a time; `i.ready` is low from the last element of a vector until the last output
+    word of that vector has been taken. With w = ceil(d / lanes) and without idle input or
+    backpressure, one vector takes d + w + 11 cycles (rms) or d + 2w + 12 cycles (layer) from its
+    first input to the first input of the next:
 
     - load, d cycles: write x into the RAM; rms squares and sums x on the way, layer sums x.
-    - layer only, d cycles: read x back, u = d*x - sum, square and sum u.
+    - layer only, w cycles: read x back, u = d*x - sum, square and sum a word of u per cycle.
     - 5 cycles (rms) or 6 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM.
-    - d + 6 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
-      (Rescale, 3 stages); the outputs come one per cycle.
+    - w + 6 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
+      (Rescale, 3 stages); the output words come one per cycle.
 
-    Latency: the first output is valid 12 cycles (rms) or d + 13 cycles (layer) after the cycle that
-    takes the last input. Backpressure stalls the output pipeline as a whole; `o.valid` never waits on
-    `o.ready`.
+    Latency: the first output word is valid 12 cycles (rms) or w + 13 cycles (layer) after the cycle
+    that takes the last input. Backpressure stalls the output pipeline as a whole; `o.valid` never waits
+    on `o.ready`.
     """
 
-    def __init__(self, d: int, kind: str, eps_q: int, mult: Sequence[int], shift: Sequence[int]) -> None:
+    def __init__(self, d: int, kind: str, sites: Sequence[NormSite], *, lanes: int = 1) -> None:
         try:
-            self._validate(d, kind, eps_q, mult, shift)
+            if not sites:
+                raise ValueError("a norm unit needs at least one site")
+            if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+                raise ValueError(f"lanes must be an int from 1 to 64, got {lanes!r}")
+            for index, site in enumerate(sites):
+                try:
+                    self._validate(d, kind, *site)
+                except ValueError as err:
+                    raise ValueError(f"site {index}: {err}" if len(sites) > 1 else str(err)) from None
         except ValueError:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise
-        self.d = d
-        self.kind = kind
-        self.eps_q = eps_q
-        self.mult = [int(v) for v in mult]
-        self.shift = [int(v) for v in shift]
+        self.d, self.kind, self.lanes = d, kind, lanes
+        self.sites = [NormSite(int(s.eps_q), [int(v) for v in s.mult], [int(v) for v in s.shift]) for s in sites]
         super().__init__({
             "i": In(stream.Signature(signed(X_BITS))),
-            "o": Out(stream.Signature(signed(OUT_BITS))),
+            "site": In(range(max(2, len(sites)))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(OUT_BITS), lanes))),
         })
 
     @staticmethod
@@ -95,15 +116,19 @@ class NormUnit(wiring.Component):
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
-        d, layer = self.d, self.kind == "layer"
+        d, layer, lanes = self.d, self.kind == "layer", self.lanes
+        words = -(-d // lanes)
+        n_sites = len(self.sites)
 
-        # widths, from the worst case for d
+        # widths, from the worst case for d and the largest eps_q
+        eps_max = max(site.eps_q for site in self.sites)
         x_max = 1 << (X_BITS - 1)  # |x| <= 2**15
         u_max = 2 * d * x_max if layer else x_max  # |d*x - sum| < d * 2**16
         u_bits = bits_for(u_max) if layer else X_BITS
         total_bits = bits_for(d * x_max)  # sum x
         sq_bits = (u_max * u_max).bit_length()  # u^2, unsigned
-        ss_max = max_sum_of_squares(d, self.kind) + self.eps_q
+        sq_sum_bits = (lanes * u_max * u_max).bit_length()  # a word's sum of squares
+        ss_max = max_sum_of_squares(d, self.kind) + eps_max
         ss_bits = ss_max.bit_length()  # sum u^2 + eps_q, unsigned, <= 62
         assert ss_bits <= SUM_BITS - 1, "checked in __init__"
         bl_bits = (ss_bits + 1).bit_length()  # bit_length(ss) in 0..ss_bits
@@ -112,47 +137,71 @@ class NormUnit(wiring.Component):
         prod_bits = bits_for(u_max << RSQRT_BITS)  # u * r, r <= 2**23
         round_bits = max(prod_bits, rshift_max + 1) + 1  # u * r + 2**(e/2 + 7)
 
-        # storage
-        m.submodules.x_ram = x_ram = Memory(shape=signed(X_BITS), depth=d, init=[])
-        x_wr = x_ram.write_port()
+        # storage: x in words of `lanes`, the per-channel (mult, shift) of every site in words of `lanes`
+        m.submodules.x_ram = x_ram = Memory(shape=data.ArrayLayout(signed(X_BITS), lanes), depth=words, init=[])
+        x_wr = x_ram.write_port(granularity=1)
         x_rd = x_ram.read_port()
-        coef_init = [(s << MULT_BITS) | mu for mu, s in zip(self.mult, self.shift, strict=True)]
-        m.submodules.coef_rom = coef_rom = Memory(shape=unsigned(MULT_BITS + SHIFT_BITS), depth=d, init=coef_init)
+        coef_layout = data.ArrayLayout(unsigned(MULT_BITS + SHIFT_BITS), lanes)
+        coef_init = []
+        for site in self.sites:
+            coefs = [(s << MULT_BITS) | mu for mu, s in zip(site.mult, site.shift, strict=True)]
+            coefs += [(1 << MULT_BITS) | 1] * (words * lanes - d)  # padding lanes: any valid multiplier
+            coef_init += [coefs[k * lanes:(k + 1) * lanes] for k in range(words)]
+        m.submodules.coef_rom = coef_rom = Memory(shape=coef_layout, depth=n_sites * words, init=coef_init)
         coef_rd = coef_rom.read_port()
         rsqrt_init = [int(v) for v in rsqrt_table().tolist()]
         m.submodules.rsqrt_rom = rsqrt_rom = Memory(shape=unsigned(RSQRT_BITS + 1), depth=1 << RSQRT_INDEX_BITS,
                                                     init=rsqrt_init)
         r_rd = rsqrt_rom.read_port()
-        m.submodules.rescale = rescale = Rescale(T_BITS, OUT_BITS)
-        wiring.connect(m, rescale.o, wiring.flipped(self.o))
+        rescales = [Rescale(T_BITS, OUT_BITS) for _ in range(lanes)]
+        for k, rescale in enumerate(rescales):
+            m.submodules[f"rescale{k}"] = rescale
+        m.d.comb += self.o.valid.eq(rescales[0].o.valid)  # the lanes move in lockstep
+        for k, rescale in enumerate(rescales):
+            m.d.comb += [rescale.o.ready.eq(self.o.ready), self.o.payload[k].eq(rescale.o.payload)]
 
-        j = Signal(range(d + 1))  # element counter of the current pass (write, read or issue address)
-        n_out = Signal(range(d))  # outputs taken in the current vector
+        eps = Signal(range(eps_max + 1))
+        with m.Switch(self.site):
+            for index, site in enumerate(self.sites):
+                with m.Case(index):
+                    m.d.comb += eps.eq(site.eps_q)
+
+        j = Signal(range(max(d, words) + 1))  # element (load) or word (read passes) counter of the current pass
+        n_out = Signal(range(words))  # output words taken in the current vector
         total = Signal(signed(total_bits))  # sum x (layer)
-        ss = Signal(ss_bits, init=self.eps_q)  # eps_q + sum u^2 so far
+        ss = Signal(ss_bits)  # sum u^2 so far; eps_q is added when the encoder reads it
+        ss_eps = Signal(ss_bits)
+        m.d.comb += ss_eps.eq(ss + eps)
 
-        def u_of(x: Signal) -> Signal:
+        def u_of(x: object) -> Signal:
             u = Signal(signed(u_bits))  # |u| <= u_max
             m.d.comb += u.eq(x * d - total if layer else x)
             return u
 
-        # squarer: u -> register -> u^2 -> accumulate into ss
-        sq_in, sq_in_valid = Signal(signed(u_bits)), Signal()
-        sq_u, sq_u_valid = Signal(signed(u_bits)), Signal()
-        sq, sq_valid = Signal(sq_bits), Signal()  # u^2 <= u_max^2
-        m.d.sync += [sq_u.eq(sq_in), sq_u_valid.eq(sq_in_valid), sq.eq(sq_u * sq_u), sq_valid.eq(sq_u_valid)]
+        # squarer: a word of u (rms: one element) -> register -> sum of squares -> accumulate into ss
+        sq_lanes = lanes if layer else 1
+        sq_in = [Signal(signed(u_bits), name=f"sq_in{k}") for k in range(sq_lanes)]
+        sq_u = [Signal(signed(u_bits), name=f"sq_u{k}") for k in range(sq_lanes)]
+        sq_in_valid, sq_u_valid = Signal(), Signal()
+        sq, sq_valid = Signal(sq_sum_bits if layer else sq_bits), Signal()
+        m.d.sync += [*(a.eq(b) for a, b in zip(sq_u, sq_in, strict=True)), sq_u_valid.eq(sq_in_valid),
+                     sq.eq(sum(u * u for u in sq_u)), sq_valid.eq(sq_u_valid)]
         with m.If(sq_valid):
             m.d.sync += ss.eq(ss + sq)
-        rd_valid = Signal()  # layer: x_rd.data holds an element of the squares pass
+        rd_valid = Signal()  # layer: x_rd.data holds a word of the squares pass
+        rd_word = Signal(range(words))  # ... and which word
         m.d.sync += rd_valid.eq(0)
-        u_rd = u_of(x_rd.data)
+        u_rd = [u_of(x_rd.data[k]) for k in range(lanes)]
         if layer:
-            m.d.comb += [sq_in.eq(u_rd), sq_in_valid.eq(rd_valid)]
+            for k in range(lanes):  # lanes past d square to nothing
+                live = (rd_word * lanes + k) < d if (words * lanes > d) else 1
+                m.d.comb += sq_in[k].eq(Mux(live, u_rd[k], 0))
+            m.d.comb += sq_in_valid.eq(rd_valid)
 
         # rsqrt: priority encoder, even exponent, table index
         bl = Signal(bl_bits)  # bit_length(ss)
         for b in range(ss_bits):
-            with m.If(ss[b]):
+            with m.If(ss_eps[b]):
                 m.d.comb += bl.eq(b + 1)  # the highest set bit wins
         e_half = Signal(range(e_half_max + 1))  # e/2: e = max(0, bl - 10) rounded up to even
         index = Signal(RSQRT_INDEX_BITS)  # m = ss >> e, 1..1023
@@ -160,43 +209,42 @@ class NormUnit(wiring.Component):
         half = Signal(round_bits)  # 2**(e/2 + 7)
         m.d.comb += r_rd.addr.eq(index)  # index is fixed from the cycle before the output pass to its end
 
-        # output pipeline: issue -> RAM/ROM read -> u * r -> rounding shift -> Rescale (3 stages)
+        # output pipeline: issue -> RAM/ROM read -> u * r -> rounding shift -> Rescale (3 stages), a word per cycle
         advance = Signal()
-        m.d.comb += advance.eq(rescale.i.ready)
+        m.d.comb += advance.eq(rescales[0].i.ready)
         issue = Signal()
         v_read, v_prod = Signal(), Signal()
-        prod = Signal(signed(prod_bits))  # u * r
-        coef = Signal(MULT_BITS + SHIFT_BITS)
-        rounded = Signal(signed(round_bits))
-        m.d.comb += [
-            coef_rd.addr.eq(j),
-            coef_rd.en.eq(advance),
-            rounded.eq((prod + half) >> rshift),
-        ]
+        live_read, live_prod = Signal(lanes), Signal(lanes)  # lanes that hold elements of the vector
+        m.d.comb += [coef_rd.addr.eq(self.site * words + j), coef_rd.en.eq(advance)]
+        coef = Signal(coef_layout)
         with m.If(advance):
-            m.d.sync += [
-                v_read.eq(issue),
-                v_prod.eq(v_read),
-                prod.eq(u_rd * r_rd.data),
-                coef.eq(coef_rd.data),
-                rescale.i.valid.eq(v_prod),
-                rescale.i.payload.value.eq(rounded),  # fits int17 (§4)
-                rescale.i.payload.mult.eq(coef[:MULT_BITS]),
-                rescale.i.payload.shift.eq(coef[MULT_BITS:]),
-            ]
+            m.d.sync += [v_read.eq(issue), v_prod.eq(v_read), live_prod.eq(live_read), coef.eq(coef_rd.data)]
+            m.d.sync += live_read.eq(Cat(*[(j * lanes + k) < d for k in range(lanes)]))
             with m.If(issue):
                 m.d.sync += j.eq(j + 1)
+        for k, rescale in enumerate(rescales):
+            prod = Signal(signed(prod_bits), name=f"prod{k}")  # u * r
+            rounded = Signal(signed(round_bits), name=f"rounded{k}")
+            m.d.comb += rounded.eq((prod + half) >> rshift)
+            with m.If(advance):
+                m.d.sync += [
+                    prod.eq(u_rd[k] * r_rd.data),
+                    rescale.i.valid.eq(v_prod),
+                    rescale.i.payload.value.eq(Mux(live_prod[k], rounded, 0)),  # fits int17 (§4); padding: 0
+                    rescale.i.payload.mult.eq(coef[k][:MULT_BITS]),
+                    rescale.i.payload.shift.eq(coef[k][MULT_BITS:]),
+                ]
 
         with m.FSM():
             with m.State("LOAD"):
                 m.d.comb += [
                     self.i.ready.eq(1),
-                    x_wr.addr.eq(j),
-                    x_wr.data.eq(self.i.payload),
-                    x_wr.en.eq(self.i.valid),
+                    x_wr.addr.eq(j // lanes),
+                    x_wr.en.eq(Mux(self.i.valid, 1 << (j % lanes), 0)),
                 ]
+                m.d.comb += [x_wr.data[k].eq(self.i.payload) for k in range(lanes)]
                 if not layer:
-                    m.d.comb += [sq_in.eq(self.i.payload), sq_in_valid.eq(self.i.valid)]
+                    m.d.comb += [sq_in[0].eq(self.i.payload), sq_in_valid.eq(self.i.valid)]
                 with m.If(self.i.valid):
                     m.d.sync += j.eq(j + 1)
                     if layer:
@@ -207,8 +255,8 @@ class NormUnit(wiring.Component):
             if layer:
                 with m.State("SQUARES"):
                     m.d.comb += x_rd.addr.eq(j)
-                    m.d.sync += [rd_valid.eq(1), j.eq(j + 1)]
-                    with m.If(j == d - 1):
+                    m.d.sync += [rd_valid.eq(1), rd_word.eq(j), j.eq(j + 1)]
+                    with m.If(j == words - 1):
                         m.d.sync += j.eq(0)
                         m.next = "DRAIN"
             with m.State("DRAIN"), m.If(~(rd_valid | sq_u_valid | sq_valid)):
@@ -218,20 +266,20 @@ class NormUnit(wiring.Component):
                 m.next = "INDEX"
             with m.State("INDEX"):
                 m.d.sync += [
-                    index.eq(ss >> Cat(Const(0, 1), e_half)),
+                    index.eq(ss_eps >> Cat(Const(0, 1), e_half)),
                     rshift.eq(e_half + 8),
                     half.eq(Const(1, 1) << (e_half + 7)),
                 ]
                 m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += [
-                    issue.eq(j != d),
+                    issue.eq(j != words),
                     x_rd.addr.eq(j),
                     x_rd.en.eq(advance),
                 ]
                 with m.If(self.o.valid & self.o.ready):
                     m.d.sync += n_out.eq(n_out + 1)
-                    with m.If(n_out == d - 1):
-                        m.d.sync += [n_out.eq(0), j.eq(0), total.eq(0), ss.eq(self.eps_q)]
+                    with m.If(n_out == words - 1):
+                        m.d.sync += [n_out.eq(0), j.eq(0), total.eq(0), ss.eq(0)]
                         m.next = "LOAD"
         return m

@@ -5,19 +5,22 @@
 
 The maximum is only known after the whole row, so the row is buffered (written once, read twice):
 
-1. LOAD: accept the scores (one per cycle), store them, track the maximum.
-2. EXP: read each score back, compute z (a constant multiply, pipelined), look EXP up in a ROM,
-   write e_t over the score it came from (one memory, not two) and accumulate the total.
+1. LOAD: accept the scores (one per cycle), store them (`lanes` to a word), track the maximum.
+2. EXP: read a word of scores back per cycle, compute each z (a constant multiply, pipelined, on
+   only as many bits of best - score as can stay below the table's saturation), look EXP up (a
+   registered case table per lane), write the e_t over the scores they came from (one memory, not two) and
+   accumulate the total.
 3. DIV: r = floor(2**30 / total) by the iterative `Reciprocal` (16 cycles: total >= 2**15 because
    the maximum has z = 0, so the quotient is at most 2**15).
-4. OUT: read each e_t back and stream p_t, honouring backpressure.
+4. OUT: read a word of e_t back per cycle and stream a word of p_t, honouring backpressure.
 
-Cycles per row of n scores, without idle input or backpressure: 3 * n + 21 from one row's first
-score accepted to the next row's first score accepted (n in LOAD, n + 3 in EXP, 18 in DIV: hand-over,
-16 divider steps, take; n in OUT). The first probability is taken n + 24 cycles after the row's last
-score was accepted, then one per cycle (the last 2 * n + 23 cycles after it); the next row is
-accepted while the last two probabilities drain. Backpressure stalls OUT only; EXP of the next row
-waits until the read port no longer holds a probability-to-be.
+Cycles per row of n scores in w = ceil(n / lanes) words, without idle input or backpressure:
+n + 2 * w + 21 from one row's first score accepted to the next row's first score accepted (n in
+LOAD, w + 3 in EXP, 18 in DIV: hand-over, 16 divider steps, take; w in OUT). The first word of
+probabilities is taken w + 24 cycles after the row's last score was accepted, then one per cycle
+(the last 2 * w + 23 cycles after it); the next row is accepted while the last two words drain.
+Backpressure stalls OUT only; EXP of the next row waits until the read port no longer holds a
+probability-to-be.
 
 A row longer than max_len keeps its first max_len scores: the extra ones are accepted and
 dropped (the row still ends at `last`, and gives max_len probabilities), and the sticky
@@ -26,7 +29,7 @@ dropped (the row still ends at `last`, and gives max_len probabilities), and the
 
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -45,14 +48,26 @@ def score_layout(score_bits: int) -> data.StructLayout:
     return data.StructLayout({"score": signed(score_bits), "last": 1})
 
 
-def prob_layout() -> data.StructLayout:
-    return data.StructLayout({"prob": unsigned(P_BITS), "last": 1})
+def prob_layout(lanes: int = 1) -> data.StructLayout:
+    return data.StructLayout({"probs": data.ArrayLayout(unsigned(P_BITS), lanes), "last": 1})
+
+
+def saturating_delta(sm_mult: int, sm_shift: int) -> int:
+    """The smallest `best - score` whose table index saturates: round_shift(delta * sm_mult, sm_shift) >= 255.
+
+    Every larger delta gives z = 255 too, so the multiply only needs this many bits of delta.
+    """
+    return -(-((Z_MAX << sm_shift) - (1 << (sm_shift - 1))) // sm_mult)
 
 
 class Softmax(wiring.Component):
-    """Stream of scores (`last` on a row's final one) in, stream of as many Q15 probabilities out."""
+    """Stream of scores (`last` on a row's final one) in; words of `lanes` Q15 probabilities out.
 
-    def __init__(self, max_len: int, sm_mult: int, sm_shift: int, score_bits: int = 32) -> None:
+    Output word k holds the probabilities of scores k*lanes .. k*lanes + lanes - 1 of the row;
+    lanes past the row's end are 0. The exponent and output passes handle a word per cycle.
+    """
+
+    def __init__(self, max_len: int, sm_mult: int, sm_shift: int, score_bits: int = 32, lanes: int = 1) -> None:
         if max_len < 1:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise ValueError(f"max_len must be at least 1, got {max_len}")
@@ -65,85 +80,112 @@ class Softmax(wiring.Component):
         if not 1 <= score_bits <= 64:
             self._MustUse__silence = True
             raise ValueError(f"score_bits must be between 1 and 64, got {score_bits}")
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+            self._MustUse__silence = True
+            raise ValueError(f"lanes must be an int from 1 to 64, got {lanes!r}")
         self.max_len = max_len
         self.sm_mult = sm_mult
         self.sm_shift = sm_shift
         self.score_bits = score_bits
+        self.lanes = lanes
         super().__init__({
             "i": In(stream.Signature(score_layout(score_bits))),
-            "o": Out(stream.Signature(prob_layout())),
+            "o": Out(stream.Signature(prob_layout(lanes))),
             "overflow": Out(1),  # sticky: some row had more than max_len scores
         })
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
-        n_max, sb = self.max_len, self.score_bits
+        n_max, sb, lanes = self.max_len, self.score_bits, self.lanes
+        words = -(-n_max // lanes)
         total_bits = ((1 << EXP_BITS) * n_max).bit_length()  # total <= 2**15 * max_len
+        width = max(sb, E_BITS)
 
-        # one word per score; e_t (uint16) later overwrites the score it came from
-        m.submodules.buf = buf = Memory(shape=unsigned(max(sb, E_BITS)), depth=n_max, init=[])
-        rd = buf.read_port()  # not transparent: writes trail reads, never the same row in one cycle
-        wr = buf.write_port()
-        m.submodules.exp = rom = Memory(shape=unsigned(E_BITS), depth=Z_MAX + 1, init=exp_table().tolist())
-        rom_rd = rom.read_port()
+        # one lane per score; e_t (uint16) later overwrites the score it came from
+        m.submodules.buf = buf = Memory(shape=data.ArrayLayout(unsigned(width), lanes), depth=words, init=[])
+        rd = buf.read_port()  # not transparent: writes trail reads, never the same word in one cycle
+        wr = buf.write_port(granularity=1)
+        # EXP per lane as a registered case table: logic, like a ROM read port with a cycle of latency (a
+        # multi-port ROM would cost a block RAM per two lanes, the scarcest resource on the boards)
+        exp_values = [int(v) for v in exp_table().tolist()]
+        exp_z = [Signal(8, name=f"exp_z{k}") for k in range(lanes)]
+        exp_e = [Signal(E_BITS, name=f"exp_e{k}") for k in range(lanes)]
+        for z_sig, e_sig in zip(exp_z, exp_e, strict=True):
+            with m.Switch(z_sig):
+                for z_value, e_value in enumerate(exp_values):
+                    if e_value:  # EXP[z] = 0 past z = 177: the default arm
+                        with m.Case(z_value):
+                            m.d.sync += e_sig.eq(e_value)
+                with m.Default():
+                    m.d.sync += e_sig.eq(0)
         m.submodules.recip = div = Reciprocal(total_bits, RECIP_BITS, EXP_BITS)  # quotient: 16 bits, <= 2**15
 
         count = Signal(range(n_max + 1))  # scores stored in this row: n once loaded
+        n_words = Signal(range(words + 1))  # ceil(count / lanes)
         best = Signal(signed(sb))
         total = Signal(total_bits)
         recip = Signal(div.quotient_bits)  # uint16, <= 2**15
+        m.d.comb += n_words.eq((count + lanes - 1) // lanes)
 
         # --- output pipeline (OUT): address -> read data (p1) -> o register; it also drains during LOAD/EXP
         advance = Signal()
-        out_addr = Signal(range(n_max + 1))
-        out_issue = Signal()  # FSM: a read of e[out_addr] is issued in this cycle
-        p1 = Signal()  # rd.data holds an e_t for the output
+        out_addr = Signal(range(words + 1))
+        out_issue = Signal()  # FSM: a read of word out_addr is issued in this cycle
+        p1 = Signal()  # rd.data holds e words for the output
         p1_last = Signal()
-        product = Signal(E_BITS + div.quotient_bits)  # e * r <= 2**30
-        rounded = Signal(len(product) + 1)
-        m.d.comb += [
-            advance.eq(~self.o.valid | self.o.ready),
-            product.eq(rd.data[:E_BITS] * recip),
-            rounded.eq(product + (1 << (RECIP_BITS - PROB_BITS - 1))),
-        ]
+        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
         with m.If(advance):
-            m.d.sync += [
-                p1.eq(out_issue),
-                p1_last.eq(out_issue & (out_addr == count - 1)),
-                self.o.valid.eq(p1),
-                self.o.payload.prob.eq(rounded[RECIP_BITS - PROB_BITS:]),
-                self.o.payload.last.eq(p1_last),
-            ]
+            m.d.sync += [p1.eq(out_issue), p1_last.eq(out_issue & (out_addr == n_words - 1)),
+                         self.o.valid.eq(p1), self.o.payload.last.eq(p1_last)]
+        for k in range(lanes):
+            product = Signal(E_BITS + div.quotient_bits, name=f"product{k}")  # e * r <= 2**30
+            rounded = Signal(len(product) + 1, name=f"rounded{k}")
+            m.d.comb += [product.eq(rd.data[k][:E_BITS] * recip),
+                         rounded.eq(product + (1 << (RECIP_BITS - PROB_BITS - 1)))]
+            with m.If(advance):
+                m.d.sync += self.o.payload.probs[k].eq(rounded[RECIP_BITS - PROB_BITS:])
 
-        # --- EXP pipeline: read address -> score (v1) -> product register (v2) -> EXP ROM data (v3) -> write back
-        exp_addr = Signal(range(n_max + 1))  # next score to read
+        # --- EXP pipeline: read address -> scores (v1) -> products (v2) -> EXP ROM data (v3) -> write back
+        exp_addr = Signal(range(words + 1))  # next word to read
         exp_issue = Signal()
-        wr_addr = Signal(range(n_max + 1))  # next e to write
+        wr_addr = Signal(range(words + 1))  # next word of e to write
         v1, v2, v3 = Signal(), Signal(), Signal()
-        delta = Signal(sb)  # best - score >= 0, < 2**score_bits
-        scaled = Signal(sb + MULT_BITS)  # delta * sm_mult
-        scaled_bits = max(sb + MULT_BITS, self.sm_shift) + 1
-        biased = Signal(scaled_bits)  # + 2**(sm_shift - 1)
-        shifted = Signal(scaled_bits - self.sm_shift)
-        z = Signal(8)
-        m.d.comb += [
-            delta.eq(best - rd.data[:sb].as_signed()),
-            biased.eq(scaled + (1 << (self.sm_shift - 1))),
-            shifted.eq(biased[self.sm_shift:]),
-            z.eq(Mux(shifted > Z_MAX, Z_MAX, shifted)),
-            rom_rd.addr.eq(z),
-            wr.addr.eq(wr_addr),
-            wr.data.eq(rom_rd.data),
-            rd.en.eq(0),  # held unless a state reads (its init is 1): the output may still need the data
-        ]
-        m.d.sync += [v1.eq(exp_issue), v2.eq(v1), v3.eq(v2), scaled.eq(delta * self.sm_mult)]
+        saturate_at = saturating_delta(self.sm_mult, self.sm_shift)
+        delta_bits = min(sb, max(1, (saturate_at - 1).bit_length()))  # the deltas below saturation
+        live = Signal(lanes)  # v3: which lanes of the word hold scores of this row
+        live1, live2 = Signal(lanes), Signal(lanes)
+        e_sum = 0
+        for k in range(lanes):
+            delta = Signal(sb, name=f"delta{k}")  # best - score >= 0, < 2**score_bits
+            saturated = Signal(name=f"saturated{k}")
+            scaled = Signal(delta_bits + MULT_BITS, name=f"scaled{k}")  # delta * sm_mult, below saturation
+            scaled_bits = max(delta_bits + MULT_BITS, self.sm_shift) + 1
+            biased = Signal(scaled_bits, name=f"biased{k}")  # + 2**(sm_shift - 1)
+            shifted = Signal(scaled_bits - self.sm_shift, name=f"shifted{k}")
+            z = Signal(8, name=f"z{k}")
+            m.d.comb += [
+                delta.eq(best - rd.data[k][:sb].as_signed()),
+                biased.eq(scaled + (1 << (self.sm_shift - 1))),
+                shifted.eq(biased[self.sm_shift:]),
+                z.eq(Mux(saturated | (shifted > Z_MAX), Z_MAX, shifted)),
+                exp_z[k].eq(z),
+                wr.data[k].eq(Mux(live[k], exp_e[k], 0)),  # lanes past the row's end: e = 0, so p = 0
+            ]
+            m.d.sync += [scaled.eq(delta[:delta_bits] * self.sm_mult), saturated.eq(delta >= saturate_at)]
+            e_sum = e_sum + Mux(live[k], exp_e[k], 0)
+        m.d.comb += [wr.addr.eq(wr_addr), rd.en.eq(0)]  # held unless a state reads (its init is 1)
+        first_lane = exp_addr * lanes
+        m.d.sync += [v1.eq(exp_issue), v2.eq(v1), v3.eq(v2), live2.eq(live1), live.eq(live2)]
+        with m.If(exp_issue):
+            m.d.sync += live1.eq(Cat(*[(first_lane + k) < count for k in range(lanes)]))
 
         with m.FSM():
             with m.State("LOAD"):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
                     with m.If(count < n_max):
-                        m.d.comb += [wr.addr.eq(count), wr.data.eq(self.i.payload.score), wr.en.eq(1)]
+                        m.d.comb += [wr.addr.eq(count // lanes), wr.en.eq(1 << (count % lanes))]
+                        m.d.comb += [wr.data[k].eq(self.i.payload.score) for k in range(lanes)]
                         m.d.sync += count.eq(count + 1)
                         with m.If((count == 0) | (self.i.payload.score > best)):
                             m.d.sync += best.eq(self.i.payload.score)
@@ -155,13 +197,13 @@ class Softmax(wiring.Component):
 
             with m.State("EXP"):
                 # the read port may still hold the previous row's last e for the output: wait for it to drain
-                m.d.comb += [exp_issue.eq(~p1 & (exp_addr < count)), rd.addr.eq(exp_addr), rd.en.eq(~p1)]
+                m.d.comb += [exp_issue.eq(~p1 & (exp_addr < n_words)), rd.addr.eq(exp_addr), rd.en.eq(~p1)]
                 with m.If(exp_issue):
                     m.d.sync += exp_addr.eq(exp_addr + 1)
                 with m.If(v3):
-                    m.d.comb += wr.en.eq(1)
-                    m.d.sync += [wr_addr.eq(wr_addr + 1), total.eq(total + rom_rd.data)]
-                    with m.If(wr_addr == count - 1):
+                    m.d.comb += wr.en.eq((1 << lanes) - 1)
+                    m.d.sync += [wr_addr.eq(wr_addr + 1), total.eq(total + e_sum)]
+                    with m.If(wr_addr == n_words - 1):
                         m.next = "DIV_SEND"
 
             with m.State("DIV_SEND"):
@@ -179,7 +221,7 @@ class Softmax(wiring.Component):
                 m.d.comb += [out_issue.eq(advance), rd.addr.eq(out_addr), rd.en.eq(advance)]
                 with m.If(advance):
                     m.d.sync += out_addr.eq(out_addr + 1)
-                    with m.If(out_addr == count - 1):
+                    with m.If(out_addr == n_words - 1):
                         m.d.sync += count.eq(0)
                         m.next = "LOAD"
         return m

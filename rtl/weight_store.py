@@ -42,12 +42,38 @@ class WeightStore(wiring.Component):
 
     def __init__(self, codes: np.ndarray, block_shift: np.ndarray | None, *, lanes: int, code_bits: int, scheme: str,
                  storage: str) -> None:
+        self._init_words([(codes, block_shift)], lanes=lanes, code_bits=code_bits, scheme=scheme, storage=storage)
+
+    @classmethod
+    def concat(cls, segments: list[tuple[np.ndarray, np.ndarray | None]], *, lanes: int, code_bits: int, scheme: str,
+               storage: str) -> WeightStore:
+        """Several tensors of one format in one memory, one after the other; `bases` gives each one's first word.
+
+        Row-parallel engines keep every tensor's share of a bank in one deep memory: block RAM is only full
+        when it is deep, and one memory per bank needs no multiplexer over tensors.
+        """
+        store = cls.__new__(cls)
+        store._init_words(segments, lanes=lanes, code_bits=code_bits, scheme=scheme, storage=storage)
+        return store
+
+    def _init_words(self, segments: list[tuple[np.ndarray, np.ndarray | None]], *, lanes: int, code_bits: int,
+                    scheme: str, storage: str) -> None:
+        words: list[int] = []
+        self.bases: list[int] = []
         try:
-            self._words_init = self._pack(codes, block_shift, lanes=lanes, code_bits=code_bits, scheme=scheme,
-                                          storage=storage)
+            if not segments:
+                raise ValueError("a weight store needs at least one tensor")
+            for codes, block_shift in segments:
+                self.bases.append(len(words))
+                words += self._pack(codes, block_shift, lanes=lanes, code_bits=code_bits, scheme=scheme,
+                                    storage=storage)
         except ValueError:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise
+        self._words_init = words
+        if len(segments) > 1:  # rows, cols and chunks describe one tensor; a concatenation has only words
+            self.rows = self.cols = self.chunks = None
+        self.words = len(words)
         self.lanes = int(lanes)
         self.code_bits = int(code_bits)
         self.scheme = scheme

@@ -201,7 +201,8 @@ def simulate(build: Path, prompt: list[int], n: int, *, seed: int = 0, idle: flo
         raise RuntimeError(f"the simulation stopped before finishing its sequence; see the output above ({build})")
     record = records[-1]
     qm = QModel.load(Path(build))
-    lanes = json.loads((Path(build) / "report.json").read_text())["lanes"]
+    report = json.loads((Path(build) / "report.json").read_text())
+    lanes = report["rows"] * report["lanes"]  # MAC slots per cycle: utilisation is useful MACs over these
     macs = [macs_per_token(qm, position) for position in range(len(record["cycles"]))]
     return SimResult(tokens=record["tokens"], reference_tokens=record["reference"], match=record["match"],
                      cycles=record["cycles"], macs=macs, lanes=lanes, build_seconds=build_s, run_seconds=run_s)

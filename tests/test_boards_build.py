@@ -182,15 +182,16 @@ def _too_big_for_ulx3s(folder: Path) -> Path:
     """Half a million int8 weights: the bundled model's size, quantised in two seconds, without Verilog."""
     qm = quantize(random_ir(vocab=64, d=128, layers=2, heads=4, kv_heads=2, ffn=512, context=64), "int8", context=64)
     qm.save(folder)
-    (folder / "report.json").write_text(json.dumps({"lanes": 8, "storage": "rom", "scheme": "int8", "context": 64}))
+    (folder / "report.json").write_text(json.dumps({"rows": 1, "lanes": 8, "storage": "rom", "scheme": "int8",
+                                                         "context": 64}))
     return folder
 
 
 def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _too_big_for_ulx3s(tmp_path / "big")
-    expected = ("big (int8, 8 lanes, context 64) needs 5,345,280 block-RAM bits (290 DP16KD of 18,432 bits for 4,401,664 "
-                "bits of memories: weights 4,063,232, tables 163,840, kv 131,072, lora 16,384, buffers 27,136), the "
-                "ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
+    expected = ("big (int8, 1 row x 8 lanes, context 64) needs 5,253,120 block-RAM bits (285 DP16KD of 18,432 bits for "
+                "4,302,720 bits of memories: weights 4,063,232, tables 75,136, kv 131,072, lora 16,384, buffers 16,896), "
+                "the ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
     with pytest.raises(FitError) as err:
         check_fit(folder, "ulx3s")
     assert str(err.value) == expected
@@ -202,11 +203,11 @@ def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.Capt
 
 def test_fit_check_refuses_the_icebreaker(tmp_path: Path) -> None:
     folder = _tiny(tmp_path / "tiny", "rom")
-    expected = ("tiny (int8, 4 lanes, context 16) needs at least 18,500 LUT4s (the smallest decoder measured), the "
-                "iCEBreaker has 5,280; tiny (int8, 4 lanes, context 16) needs 200,704 block-RAM bits (49 SB_RAM40_4K of "
-                "4,096 bits for 109,344 bits of memories: weights 20,480, tables 79,872, kv 2,048, lora 1,024, buffers "
-                "5,920), the iCEBreaker has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very small models; try "
-                "--board ulx3s")
+    expected = ("tiny (int8, 1 row x 4 lanes, context 16) needs at least 18,500 LUT4s (the smallest decoder measured), "
+                "the iCEBreaker has 5,280; tiny (int8, 1 row x 4 lanes, context 16) needs 131,072 block-RAM bits (32 "
+                "SB_RAM40_4K of 4,096 bits for 65,568 bits of memories: weights 26,624, tables 30,720, kv 2,048, lora "
+                "1,024, buffers 5,152), the iCEBreaker has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very "
+                "small models; try --board ulx3s")
     with pytest.raises(FitError) as err:
         build_board(folder, "icebreaker", progress=False)
     assert str(err.value) == expected

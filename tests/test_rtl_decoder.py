@@ -36,15 +36,37 @@ def reference_outputs(qm, feed: list[tuple[int, bool]], generate: int) -> list[i
     return out
 
 
-@pytest.mark.parametrize("family,scheme,lanes,storage", [("llama", "int8", 4, "rom"), ("gpt2", "int8", 2, "logic"),
-                                                         ("llama", "mxfp4", 4, "logic"), ("llama", "mixed36", 8, "rom")])
-def test_decoder_matches_reference(family, scheme, lanes, storage):
+@pytest.mark.parametrize("family,scheme,rows,lanes,storage,options", [
+    ("llama", "int8", 1, 4, "rom", {}),
+    ("gpt2", "int8", 4, 2, "logic", {"softmax_lanes": 2}),
+    ("llama", "mxfp4", 8, 4, "logic", {}),
+    ("llama", "mixed36", 2, 8, "rom", {"softmax_lanes": 4}),
+    ("gpt2", "mixed36", 16, 4, "rom", {}),
+    ("llama", "int8", 8, 2, "rom", {"attention_rows": 2}),
+])
+def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options):
+    """rows 2, 4 and 8 divide the head width 8 (attention on all rows); 16 does not (attention on one); one case
+    runs attention on 2 of its 8 rows; two run the softmax's passes on several lanes."""
     qm = _qmodel(family, scheme)
-    dut = Decoder(qm, lanes=lanes, storage=storage)
+    dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
     feed = [(3, True), (7, False), (1, False)]
     got, status = decode(dut, feed, 3, random.Random(0))
     assert got == reference_outputs(qm, feed, 3)
     assert status[0][0] == 6
+
+
+def test_decoder_rejects_rows_it_cannot_use():
+    qm = _qmodel("llama", "int8")
+    for rows in (0, 3, 128, True):
+        with pytest.raises(ValueError, match=rf"^rows must be a power of two from 1 to 64, got {rows!r}$"):
+            Decoder(qm, rows=rows, lanes=4)
+
+
+def test_decoder_rejects_attention_rows_it_cannot_use():
+    qm = _qmodel("llama", "int8")  # head width 8
+    with pytest.raises(ValueError, match=r"^attention rows must be a power of two that divides the head width 8 and is "
+                                         r"at most rows \(4\), got 8; accepted: 1, 2, 4$"):
+        Decoder(qm, rows=4, lanes=4, attention_rows=8)
 
 
 def test_decoder_rejects_lanes_it_cannot_use():

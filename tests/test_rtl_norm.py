@@ -12,7 +12,7 @@ from rtl_sim import receive, run, send, send_timed
 
 from hardwire.quant.blocks import bit_length, norm
 from hardwire.quant.tables import rsqrt_table
-from hardwire.rtl.norm import NormUnit
+from hardwire.rtl.norm import NormSite, NormUnit
 
 RSQRT = rsqrt_table()
 LO, HI = -(1 << 15), (1 << 15) - 1
@@ -58,7 +58,19 @@ def _sum_of_squares(x: torch.Tensor, kind: str, eps_q: int) -> torch.Tensor:
     return (u * u).sum(-1) + eps_q
 
 
-def _check(kind: str, d: int, extreme: bool, idle: float, stall: float) -> None:
+async def _receive_elements(ctx, dut: NormUnit, count: int, rng, stall: float) -> list[int]:
+    """`count` vectors' elements from the unit's output words; the lanes past d must be 0."""
+    words = -(-dut.d // dut.lanes)
+    got = []
+    for index, word in enumerate(await receive(ctx, dut.o, count * words, rng, stall=stall)):
+        values = [int(v) for v in word]
+        keep = min(dut.lanes, dut.d - (index % words) * dut.lanes)
+        assert values[keep:] == [0] * (dut.lanes - keep), f"padding lanes of word {index}"
+        got.extend(values[:keep])
+    return got
+
+
+def _check(kind: str, d: int, extreme: bool, idle: float, stall: float, lanes: int = 1) -> None:
     """Stream every test vector back to back through one NormUnit and compare with blocks.norm."""
     rng = random.Random(f"{kind}-{d}-{extreme}")
     eps_q = 1 if extreme else _eps_q(d, kind)
@@ -77,39 +89,67 @@ def _check(kind: str, d: int, extreme: bool, idle: float, stall: float) -> None:
     if extreme:
         assert -128 in want and 127 in want
 
-    dut = NormUnit(d, kind, eps_q, mult, shift)
+    dut = NormUnit(d, kind, [NormSite(eps_q, mult, shift)], lanes=lanes)
     got: list[int] = []
 
     async def producer(ctx):
         await send(ctx, dut.i, [v for row in vectors for v in row], rng, idle=idle)
 
     async def consumer(ctx):
-        got.extend(await receive(ctx, dut.o, len(want), rng, stall=stall))
+        got.extend(await _receive_elements(ctx, dut, len(vectors), rng, stall))
 
     run(dut, producer, consumer)
     assert got == want
 
 
 @pytest.mark.parametrize("extreme", [False, True], ids=["realistic", "extreme"])
-@pytest.mark.parametrize("d", [8, 32, 48])
+@pytest.mark.parametrize("d,lanes", [(8, 1), (32, 1), (48, 1), (32, 4), (20, 8)])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_norm_matches_reference(kind, d, extreme):
-    _check(kind, d, extreme, idle=0.2, stall=0.3)
+def test_norm_matches_reference(kind, d, lanes, extreme):
+    _check(kind, d, extreme, idle=0.2, stall=0.3, lanes=lanes)
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_one_unit_serves_several_norm_sites(kind):
+    """The `site` input picks each vector's eps_q and per-channel constants: vectors alternate between three sites."""
+    d, lanes = 12, 4
+    rng = random.Random(f"sites-{kind}")
+    sites = [NormSite(eps, *_coefs(d, extreme, rng)) for eps, extreme in ((1, True), (_eps_q(d, kind), False), (7, False))]
+    vectors = _vectors(d, rng)[:12]
+    want = []
+    for n, vector in enumerate(vectors):
+        site = sites[n % 3]
+        want += norm(torch.tensor([vector]), kind, site.eps_q, torch.tensor(site.mult), torch.tensor(site.shift), RSQRT,
+                     "t").flatten().tolist()
+    dut = NormUnit(d, kind, sites, lanes=lanes)
+    got: list[int] = []
+
+    async def bench(ctx):
+        for n, vector in enumerate(vectors):
+            ctx.set(dut.site, n % 3)
+            await send(ctx, dut.i, vector, rng, idle=0.2)
+            got.extend(await _receive_elements(ctx, dut, 1, rng, 0.3))
+
+    run(dut, bench)
+    assert got == want
 
 
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_norm_heavy_backpressure(kind):
     """Mostly idle input and mostly stalled output: nothing lost, nothing duplicated."""
     _check(kind, 8, True, idle=0.7, stall=0.8)
+    _check(kind, 8, True, idle=0.7, stall=0.8, lanes=4)
 
 
+@pytest.mark.parametrize("lanes", [1, 4, 3])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_norm_cycles_per_vector(kind):
+def test_norm_cycles_per_vector(kind, lanes):
     """Without idle input or backpressure: the docstring's cycles per vector and latency, and no extra output."""
     d, vectors = 16, 3
+    w = -(-d // lanes)
     rng = random.Random(kind)
     mult, shift = _coefs(d, False, rng)
-    dut = NormUnit(d, kind, 5, mult, shift)
+    dut = NormUnit(d, kind, [NormSite(5, mult, shift)], lanes=lanes)
     xs = [[rng.randint(LO, HI) for _ in range(d)] for _ in range(vectors)]
     accepted: list[int] = []  # cycle of each accepted input
     produced: list[int] = []  # cycle of each taken output
@@ -125,26 +165,26 @@ def test_norm_cycles_per_vector(kind):
                 produced.append(cycle)
 
     run(dut, producer, consumer)
-    per_vector = 2 * d + 11 if kind == "rms" else 3 * d + 12
-    latency = 12 if kind == "rms" else d + 13
-    assert len(produced) == d * vectors
-    starts, lasts, firsts = accepted[::d], accepted[d - 1::d], produced[::d]
+    per_vector = d + w + 11 if kind == "rms" else d + 2 * w + 12
+    latency = 12 if kind == "rms" else w + 13
+    assert len(produced) == w * vectors
+    starts, lasts, firsts = accepted[::d], accepted[d - 1::d], produced[::w]
     assert [b - a for a, b in itertools.pairwise(starts)] == [per_vector] * (vectors - 1)
     assert [f - last for f, last in zip(firsts, lasts, strict=True)] == [latency] * vectors
-    assert produced == [f + k for f in firsts for k in range(d)]  # one output per cycle within a vector
+    assert produced == [f + k for f in firsts for k in range(w)]  # one output word per cycle within a vector
 
 
 def test_norm_converts_to_verilog():
     rng = random.Random(16)
     mult, shift = _coefs(16, False, rng)
-    text = verilog.convert(NormUnit(16, "layer", 7, mult, shift), name="norm_unit")
+    text = verilog.convert(NormUnit(16, "layer", [NormSite(7, mult, shift)], lanes=4), name="norm_unit")
     assert "module norm_unit" in text
 
 
 def test_norm_accepts_every_compiled_layernorm():
     """§4's compiler accepts LayerNorm up to d = 1289; the exact worst sum of squares fits int63 up to d = 1625."""
     for d in (1289, 1625):
-        NormUnit(d, "layer", 1, [1 << 14] * d, [20] * d)._MustUse__silence = True  # built, never elaborated
+        NormUnit(d, "layer", [NormSite(1, [1 << 14] * d, [20] * d)])._MustUse__silence = True  # never elaborated
 
 
 @pytest.mark.parametrize("args,message", [
@@ -163,15 +203,25 @@ def test_norm_accepts_every_compiled_layernorm():
 ])
 def test_norm_rejects_bad_arguments(args, message):
     with pytest.raises(ValueError) as info:
-        NormUnit(*args)
+        NormUnit(args[0], args[1], [NormSite(*args[2:])])
     assert str(info.value) == message
+
+
+def test_norm_names_the_site_that_is_wrong():
+    good = NormSite(1, [1 << 14] * 4, [20] * 4)
+    with pytest.raises(ValueError, match=r"^site 1: eps_q must be at least 1, got 0$"):
+        NormUnit(4, "rms", [good, NormSite(0, [1 << 14] * 4, [20] * 4)])
+    with pytest.raises(ValueError, match=r"^a norm unit needs at least one site$"):
+        NormUnit(4, "rms", [])
+    with pytest.raises(ValueError, match=r"^lanes must be an int from 1 to 64, got 0$"):
+        NormUnit(4, "rms", [good], lanes=0)
 
 
 def test_norm_rejects_too_wide_layernorm():
     d = 1626
     with pytest.raises(ValueError, match=r"^layer norm with d = 1626 and eps_q = 1: the sum of squares can reach \d+, "
                                          r"which does not fit int63$"):
-        NormUnit(d, "layer", 1, [1] * d, [1] * d)
+        NormUnit(d, "layer", [NormSite(1, [1] * d, [1] * d)])
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -179,3 +229,4 @@ def test_norm_rejects_too_wide_layernorm():
 def test_norm_smallest_vectors(kind, d):
     """The counters and RAMs at their smallest sizes (not a power of two for d = 3)."""
     _check(kind, d, True, idle=0.3, stall=0.3)
+    _check(kind, d, True, idle=0.3, stall=0.3, lanes=2)

@@ -28,9 +28,13 @@ def reference(scores: list[int], sm_mult: int, sm_shift: int) -> list[int]:
 
 def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
              stall: float = 0.0) -> tuple[list[list[int]], int]:
-    """Send the rows back to back; -> (probabilities grouped by `last`, overflow flag at the end)."""
-    count = sum(min(len(r), dut.max_len) for r in rows)
-    got: list[tuple[int, int]] = []
+    """Send the rows back to back; -> (probabilities grouped by `last`, overflow flag at the end).
+
+    Each row comes out as words of dut.lanes probabilities; the lanes past the row's end must be 0.
+    """
+    lengths = [min(len(r), dut.max_len) for r in rows]
+    count = sum(-(-n // dut.lanes) for n in lengths)
+    got: list[tuple[list[int], int]] = []
     overflow: list[int] = []
 
     async def producer(ctx):
@@ -38,7 +42,7 @@ def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = No
         await send(ctx, dut.i, payloads, rng, idle=idle)
 
     async def consumer(ctx):
-        got.extend((p.prob, p.last) for p in await receive(ctx, dut.o, count, rng, stall=stall))
+        got.extend(([int(q) for q in p.probs], p.last) for p in await receive(ctx, dut.o, count, rng, stall=stall))
         for _ in range(5):  # nothing more comes out
             _, _, valid = await ctx.tick().sample(dut.o.valid)
             assert not valid
@@ -46,12 +50,16 @@ def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = No
 
     run(dut, producer, consumer)
     grouped: list[list[int]] = [[]]
-    for prob, last in got:
-        grouped[-1].append(prob)
+    for probs, last in got:
+        grouped[-1].extend(probs)
         if last:
             grouped.append([])
     assert grouped[-1] == [], "the last probability of the last row must carry `last`"
-    return grouped[:-1], overflow[0]
+    grouped = grouped[:-1]
+    assert len(grouped) == len(rows)
+    for row, n in zip(grouped, lengths, strict=True):
+        assert len(row) == -(-n // dut.lanes) * dut.lanes and row[n:] == [0] * (len(row) - n)
+    return [row[:n] for row, n in zip(grouped, lengths, strict=True)], overflow[0]
 
 
 def check(dut: Softmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
@@ -78,13 +86,13 @@ def test_softmax_edge_rows():
         assert row == [((1 << 15) * recip + (1 << 14)) >> 15] * n
 
 
-@pytest.mark.parametrize("max_len,seed", [(16, 1), (12, 2), (1, 3)])
-def test_softmax_random_rows(max_len, seed):
+@pytest.mark.parametrize("max_len,seed,lanes", [(16, 1, 1), (12, 2, 1), (1, 3, 1), (16, 7, 4), (13, 8, 8), (5, 9, 8)])
+def test_softmax_random_rows(max_len, seed, lanes):
     """Random rows of 1..max_len scores at realistic multipliers: scores spread so that z covers 0..255."""
     rng = random.Random(seed)
     for scale in (1e-3, 1.7e-2, 1e-1):
         mult, shift = multiplier(scale)
-        dut = Softmax(max_len, mult, shift)
+        dut = Softmax(max_len, mult, shift, lanes=lanes)
         spread = round(160 / scale)  # z = delta * scale reaches 255 and beyond
         rows = [[rng.randint(-spread, spread) for _ in range(rng.randint(1, max_len))] for _ in range(6)]
         rows.append([rng.randint(-spread // 20, spread // 20) for _ in range(max_len)])  # close scores: many e > 0
@@ -99,6 +107,7 @@ def test_softmax_extreme_scores():
             [S32_MAX, S32_MIN]]
     for mult, shift in (((1 << 15) - 1, 1), (1, 62), ((1 << 15) - 1, 62), multiplier(2.0 ** -20), (1 << 14, 40)):
         check(Softmax(8, mult, shift), rows, rng, idle=0.2, stall=0.2)
+        check(Softmax(8, mult, shift, lanes=4), rows, rng, idle=0.2, stall=0.2)
 
 
 def test_softmax_narrow_scores():
@@ -123,11 +132,12 @@ def test_softmax_overflow():
     assert overflow == 0  # exactly max_len scores is not an overflow
 
 
-@pytest.mark.parametrize("n", [1, 5, 16])
-def test_softmax_cycles_per_row(n):
-    """No idle input, output always ready: a row takes 3 * n + 21 cycles; the first probability is taken
-    n + 24 cycles after the row's last score was accepted, then one per cycle."""
-    dut = Softmax(16, *multiplier(0.01))
+@pytest.mark.parametrize("n,lanes", [(1, 1), (5, 1), (16, 1), (5, 4), (16, 4), (13, 8)])
+def test_softmax_cycles_per_row(n, lanes):
+    """No idle input, output always ready: a row of w = ceil(n / lanes) words takes n + 2 * w + 21 cycles; the
+    first word of probabilities is taken w + 24 cycles after the row's last score was accepted, then one per cycle."""
+    dut = Softmax(16, *multiplier(0.01), lanes=lanes)
+    w = -(-n // lanes)
     rows = 3
     accepted: list[int] = []
     taken: list[tuple[int, object]] = []
@@ -136,16 +146,16 @@ def test_softmax_cycles_per_row(n):
         await send_timed(ctx, dut.i, [{"score": k, "last": int(k % n == n - 1)} for k in range(rows * n)], accepted)
 
     async def consumer(ctx):
-        await receive_timed(ctx, dut.o, rows * n, taken)
+        await receive_timed(ctx, dut.o, rows * w, taken)
 
     run(dut, producer, consumer)
     emitted = [cycle for cycle, _ in taken]
     firsts = accepted[::n]
-    assert [b - a for a, b in itertools.pairwise(firsts)] == [3 * n + 21] * (rows - 1)
+    assert [b - a for a, b in itertools.pairwise(firsts)] == [n + 2 * w + 21] * (rows - 1)
     assert accepted[:n] == list(range(1, n + 1))  # one score per cycle
-    assert emitted[:n] == list(range(2 * n + 24, 3 * n + 24))  # one probability per cycle
-    assert emitted[0] - accepted[n - 1] == n + 24
-    assert emitted[n - 1] > accepted[n]  # the next row is accepted while the last probabilities drain
+    assert emitted[:w] == list(range(n + w + 24, n + 2 * w + 24))  # one word of probabilities per cycle
+    assert emitted[0] - accepted[n - 1] == w + 24
+    assert emitted[w - 1] > accepted[n]  # the next row is accepted while the last probabilities drain
 
 
 def test_softmax_rejects_bad_arguments():

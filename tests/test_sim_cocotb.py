@@ -202,3 +202,23 @@ def test_icarus_decodes_the_reference_tokens(small_build):
     _, path = small_build
     result = simulate(path, [3, 7], 3, simulator="icarus", progress=False)
     assert result.match and result.tokens == result.reference_tokens
+
+
+@pytest.mark.parametrize("family,scheme,rows,lanes,options", [
+    ("llama", "mixed36", 4, 4, {}),
+    ("gpt2", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4}),
+    ("llama", "int8", 16, 2, {}),
+])
+def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, scheme, rows, lanes, options):
+    """The schedule (rtl/plan.py) predicts every token's cycles exactly, at every position, for several shapes
+    of the engine: attention on all 4 rows (4 divides the head width 8), on 2 of 8, on one of 16 (16 does not
+    divide 8); 8 rows over 4 chunks make the engine wait for the epilogue; a softmax on 4 lanes."""
+    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+    ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24)
+    qm = quantize(ir, scheme, context=24)
+    compile_to(qm, tmp_path, rows=rows, lanes=lanes, storage="rom", progress=False, **options)
+    result = simulate(tmp_path, [3, 9, 27], 14, seed=5, idle=0.0, stall=0.0, optimise=False, progress=False)
+    assert result.match
+    plan = HardwarePlan(rows=rows, lanes=lanes, **options)
+    assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]

@@ -1,0 +1,202 @@
+"""The hardware plan and the schedule of one token as data.
+
+`HardwarePlan` is what sizes the chip (rows x lanes MACs per cycle, weight storage).
+`schedule(qm, plan, position)` lists the phases one token goes through, in order, each with
+the multiply-accumulates it does, the cycles it takes in the RTL and the part of those
+cycles that is fixed latency (pipeline fill, table lookups), whatever the MAC count. Every
+figure that describes the chip reads this list: `macs_per_token`,
+`cycles_per_token_estimate`, the latency floor, and the memory inventory the board fit
+check counts (`weight_bank_shapes`, `kv_bank_shapes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..quant.qmodel import QModel
+from .mac_array import LATENCY as MAC_LATENCY
+
+MV_OVERHEAD = MAC_LATENCY + 3 + 4  # MAC pipeline, rescale, start and hand-over states
+KV_BITS = 8  # KV cache entries are int8 (numerics §6)
+VECTOR_LANES = 8  # elements per cycle of the norm's output pass (at most)
+
+
+@dataclass(frozen=True)
+class HardwarePlan:
+    """How wide the chip is: `rows` output rows at once, each taking `lanes` inputs per cycle."""
+
+    rows: int = 1  # row units of the dot-product engine (FINN's PE)
+    lanes: int = 8  # multiply-accumulates per row unit and cycle (FINN's SIMD)
+    storage: str = "rom"  # weights in "rom" (block RAM) or "logic" (constant gates)
+    attention_rows: int | None = None  # rows for q.k and p.v (KV cache banks); None: all rows when they divide hd
+    softmax_lanes: int = 1  # elements per cycle of the softmax's exponent and output passes: each lane has its own
+    #                         EXP table, which synthesis puts in a block RAM (one per lane and layer)
+
+    @property
+    def shape(self) -> str:
+        """How messages name the engine: "4 rows x 16 lanes", "4 rows x 16 lanes, attention on 2"."""
+        text = f"{self.rows} row{'s' if self.rows > 1 else ''} x {self.lanes} lanes"
+        return text if self.attention_rows is None else f"{text}, attention on {self.attention_rows}"
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.rows * self.lanes
+
+    def chunks(self, n: int) -> int:
+        """Words of `lanes` elements that hold n elements."""
+        return -(-n // self.lanes)
+
+    @staticmethod
+    def chunks_of(n: int, width: int) -> int:
+        """Words of `width` elements that hold n elements."""
+        return -(-n // width)
+
+    @property
+    def vector_lanes(self) -> int:
+        """Elements per cycle of the norm's output pass (a divisor of lanes)."""
+        return min(self.lanes, VECTOR_LANES)
+
+    def attn_rows(self, head_dim: int) -> int:
+        """Rows the attention products use at once (the KV cache's banks): as asked, or by default all of them
+        when they divide the head width, else one. Each bank is a KV-cache-sized share of block RAM bandwidth."""
+        if self.attention_rows is not None:
+            return self.attention_rows
+        return self.rows if head_dim % self.rows == 0 else 1
+
+
+def plan_from_report(report: dict) -> HardwarePlan:
+    """The plan a build folder was compiled with, from its report.json."""
+    return HardwarePlan(rows=int(report["rows"]), lanes=int(report["lanes"]), storage=report["storage"],
+                        attention_rows=report.get("attention_rows"), softmax_lanes=int(report.get("softmax_lanes", 1)))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a token's schedule."""
+
+    kind: str  # "embed", "norm", "matvec", "lora_a", "rope", "copy", "scores", "softmax", "pv", "argmax", "handshake"
+    name: str  # what it works on: "layers.0.q", "layers.1.head2", ...
+    macs: int  # model multiply-accumulates (LoRA's are not model work: 0)
+    cycles: int  # clock cycles in the RTL, beside what overlaps it
+    latency: int  # the part of `cycles` that is fixed latency, not work: what is left with unlimited MACs
+
+
+def matvec_cycles(rows: int, cols: int, group: int, plan: HardwarePlan) -> int:
+    """Cycles of one matrix-vector product on the engine, `group` rows at a time.
+
+    A group takes `chunks` cycles in the row units, and hands its rows on one per cycle; the
+    engine waits when a group has more rows than it has chunks (rtl/row_serializer.py).
+    """
+    chunks = plan.chunks(cols)
+    groups = -(-rows // group)
+    last = rows - (groups - 1) * group
+    return chunks + (groups - 1) * max(chunks, group) + last + MV_OVERHEAD
+
+
+def _matvec(kind: str, name: str, rows: int, cols: int, group: int, plan: HardwarePlan, macs: bool = True,
+            drain: int = 0) -> Phase:
+    """A product phase; `drain`: cycles its destination needs after the last row (the up projection's table)."""
+    return Phase(kind, name, rows * cols if macs else 0, matvec_cycles(rows, cols, group, plan) + drain,
+                 MV_OVERHEAD + 2 + drain)
+
+
+def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
+    """What is left of a norm once its input has streamed in: the sums' drain and the output words
+    (LayerNorm: also its sum-of-squares pass over the words)."""
+    words = -(-qm.config.d_model // plan.vector_lanes)
+    return 2 * words + 12 if qm.config.norm == "layer" else words + 11
+
+
+def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
+    """The phases of one token at `position` (0-based), in the order the decoder runs them (docs/hardware.md)."""
+    cfg = qm.config
+    d, hd, lanes = cfg.d_model, cfg.head_dim, plan.lanes
+    rows, attn = plan.rows, plan.attn_rows(hd)
+    n = position + 1
+    norm = norm_tail_cycles(qm, plan)
+    # the embedding (and learned positions) row: per word a read, `lanes` elements into the rescale, a hand-over
+    passes = 2 if cfg.positions == "learned" else 1
+    phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + 3), 3)]
+    for i, layer in enumerate(qm.layers):
+        prefix = f"layers.{i}"
+        phases.append(Phase("norm", f"{prefix}.attn_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
+        for site in ("q", "k", "v"):
+            if site in qm.lora.sites and qm.lora.rank:
+                phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
+            phases.append(_matvec("matvec", f"{prefix}.{site}", *getattr(layer, site).codes.shape, rows, plan))
+        k_cycles = next(p.cycles for p in reversed(phases) if p.name == f"{prefix}.k")
+        v_cycles = phases[-1].cycles
+        if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs
+            rope_q, rope_k = cfg.n_heads * hd + 4, cfg.n_kv_heads * hd + 4
+            phases.append(Phase("rope", f"{prefix}.rope", 0, max(0, rope_q - k_cycles) + max(0, rope_k - v_cycles) + 3,
+                                3))
+        else:
+            phases.append(Phase("copy", f"{prefix}.rope", 0, (cfg.n_heads + cfg.n_kv_heads) * hd + 3, 3))  # q, k into place
+        for h in range(cfg.n_heads):
+            phases.append(_matvec("scores", f"{prefix}.head{h}.scores", n, hd, attn, plan))
+            words = -(-n // plan.softmax_lanes)  # the scores load while SCORES runs; then the exponent and output passes
+            phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + 22, 22))
+            phases.append(_matvec("pv", f"{prefix}.head{h}.pv", hd, n, attn, plan))
+        for site in ("o", "gate", "up", "down"):
+            lin = getattr(layer, site)
+            if lin is None:
+                continue
+            if site in qm.lora.sites and qm.lora.rank:
+                phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, lin.codes.shape[1], 1, plan,
+                                      macs=False))
+            drain = (2 if cfg.activation == "silu_glu" else 1) if site == "up" else 0  # the MLP's table after the rows
+            phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain))
+            if site == "o":
+                phases.append(Phase("norm", f"{prefix}.mlp_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
+    phases.append(Phase("norm", "final_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
+    phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan))
+    phases.append(Phase("argmax", "argmax", 0, 2, 2))  # the argmax's last compare, then the token goes out
+    phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed
+    return phases
+
+
+def macs_per_token(qm: QModel, position: int) -> int:
+    """Multiply-accumulates for one token at `position` (0-based): projections, head, attention."""
+    return sum(phase.macs for phase in schedule(qm, HardwarePlan(), position))
+
+
+def cycles_per_token_estimate(qm: QModel, plan: HardwarePlan, position: int) -> int:
+    """The static schedule's cycle count for one token at `position`."""
+    return sum(phase.cycles for phase in schedule(qm, plan, position))
+
+
+def latency_floor_cycles(qm: QModel, plan: HardwarePlan, position: int) -> int:
+    """The token's dependency chain with unlimited MACs: the fixed latencies of its phases, one after another."""
+    return sum(phase.latency for phase in schedule(qm, plan, position))
+
+
+def weight_formats(qm: QModel) -> dict[tuple[str, int], list[str]]:
+    """Projection names by storage format (scheme, code bits), in QModel order: one set of banks each."""
+    formats: dict[tuple[str, int], list[str]] = {}
+    for name, lin in qm.linears():
+        formats.setdefault((lin.scheme, lin.bits), []).append(name)
+    return formats
+
+
+def weight_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
+    """(name, depth in words, word bits) of every weight bank memory, as rtl/weight_banks.py builds them."""
+    linears = dict(qm.linears())
+    shapes = []
+    for index, ((scheme, bits), names) in enumerate(weight_formats(qm).items()):
+        depth = sum(-(-linears[n].codes.shape[0] // plan.rows) * plan.chunks(linears[n].codes.shape[1]) for n in names)
+        width = plan.lanes * bits + (5 if scheme == "mxfp4" else 0)
+        shapes += [(f"weights{index}.bank{b}", depth, width) for b in range(plan.rows)]
+    return shapes
+
+
+def kv_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
+    """(name, depth in words, word bits) of the K and transposed V cache banks of every layer."""
+    cfg = qm.config
+    attn = plan.attn_rows(cfg.head_dim)
+    kvdim = cfg.n_kv_heads * cfg.head_dim
+    shapes = []
+    for i in range(cfg.n_layers):
+        for b in range(attn):
+            shapes.append((f"kcache{i}_{b}", -(-qm.context // attn) * (kvdim // plan.lanes), plan.lanes * KV_BITS))
+            shapes.append((f"vcache{i}_{b}", kvdim // attn * plan.chunks(qm.context), plan.lanes * KV_BITS))
+    return shapes
