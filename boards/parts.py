@@ -22,8 +22,8 @@ from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
 from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS
 from ..rtl.lora_map import lora_address_map
-from ..rtl.norm import X_BITS
-from ..rtl.plan import HardwarePlan, kv_bank_shapes, plan_from_report, weight_bank_shapes
+from ..rtl.norm import X_BITS, NormSite, coef_words
+from ..rtl.plan import HardwarePlan, cycles_per_token_estimate, kv_bank_shapes, plan_from_report, table_shapes, weight_bank_shapes
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
@@ -171,11 +171,8 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     lanes, chunks = plan.lanes, plan.chunks
     mems: list[BlockMemory] = []
     if plan.storage == "rom":  # "logic" weights are case tables: gates, not memories
-        for name, table in [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else []):
-            rows, cols = table.codes.shape
-            mems.append(BlockMemory(name, "weights", rows * chunks(cols),
-                                    lanes * table.bits + (5 if table.scheme == "mxfp4" else 0)))
-        mems += [BlockMemory(name, "weights", depth, width) for name, depth, width in weight_bank_shapes(qm, plan)]
+        mems += [BlockMemory(name, "weights", depth, width)
+                 for name, depth, width in table_shapes(qm, plan) + weight_bank_shapes(qm, plan)]
     # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
     # counted at their live width, from the contents the RTL bakes in
     # one NormUnit for every norm site: rsqrt table, every site's per-channel scales, the input copy
@@ -184,13 +181,9 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     words = plan.chunks_of(d, width)
     mems.append(BlockMemory("rsqrt", "tables", 1 << RSQRT_INDEX_BITS, live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))
     coef_bits = MULT_BITS + SHIFT_BITS
-    coef_words = []
-    for qn in norms:  # as rtl/norm.py packs them: `width` lanes per word, padding lanes (1 << 15) | 1
-        coefs = [(int(sh) << MULT_BITS) | int(mu) for mu, sh in zip(qn.mult.tolist(), qn.shift.tolist(), strict=True)]
-        coefs += [(1 << MULT_BITS) | 1] * (words * width - d)
-        coef_words += [sum(c << (coef_bits * k) for k, c in enumerate(coefs[w * width:(w + 1) * width]))
-                       for w in range(words)]
-    mems.append(BlockMemory("norm_coef", "tables", len(coef_words), live_bits(coef_words, width * coef_bits)))
+    sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist()) for qn in norms]
+    coefs = [sum(c << (coef_bits * k) for k, c in enumerate(word)) for word in coef_words(sites, d, width)]
+    mems.append(BlockMemory("norm_coef", "tables", len(coefs), live_bits(coefs, width * coef_bits)))
     mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
@@ -365,8 +358,6 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
     multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
     -> (plan, its fit estimate, its cycles per token).
     """
-    from ..rtl.plan import cycles_per_token_estimate
-
     position = qm.context // 2
     best = None
     for plan in candidate_plans(qm, storage):

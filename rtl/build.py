@@ -15,7 +15,7 @@ from amaranth.back import verilog
 
 from ..quant.qmodel import QModel
 from .decoder import Decoder
-from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, weight_bank_shapes
+from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, table_shapes, weight_bank_shapes
 
 __all__ = ["TOP_NAME", "BuildReport", "compile_to", "cycles_per_token_estimate", "macs_per_token"]
 
@@ -80,10 +80,7 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
     position = qm.context // 2 if position is None else position
     cfg = qm.config
     macs = macs_per_token(qm, position)
-    storage_bits = sum(depth * width for _, depth, width in weight_bank_shapes(qm, plan))
-    for table in [qm.embed] + ([qm.pos] if qm.pos is not None else []):
-        table_rows, cols = table.codes.shape
-        storage_bits += table_rows * plan.chunks(cols) * (lanes * table.bits + (5 if table.scheme == "mxfp4" else 0))
+    storage_bits = sum(depth * width for _, depth, width in table_shapes(qm, plan) + weight_bank_shapes(qm, plan))
     report = BuildReport(
         params=qm.n_weights, weight_bits=qm.weight_bits, avg_weight_bits=round(qm.avg_weight_bits, 4),
         weight_storage_bits=storage_bits, scheme=qm.scheme, storage=storage, rows=rows, lanes=lanes,

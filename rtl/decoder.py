@@ -79,7 +79,7 @@ def status_layout() -> data.StructLayout:
                               "busy": 1, "context_full": 1, "bad_token": 1})
 
 
-def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None) -> None:
+def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int) -> None:
     cfg = qm.config
     if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 64 or rows & (rows - 1):
         raise ValueError(f"rows must be a power of two from 1 to 64, got {rows!r}")
@@ -104,6 +104,8 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
     for site in qm.lora.sites:
         if qm.lora.rank and any(getattr(layer, site, None) is None for layer in qm.layers):
             raise ValueError(f"LoRA site {site!r} is not a projection of every layer of this model")
+    if softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
+        raise ValueError(f"softmax lanes must be a power of two that divides lanes ({lanes}), got {softmax_lanes!r}")
 
 
 class Decoder(wiring.Component):
@@ -112,10 +114,7 @@ class Decoder(wiring.Component):
     def __init__(self, qm: QModel, *, rows: int = 1, lanes: int = 8, storage: str = "rom",
                  attention_rows: int | None = None, softmax_lanes: int = 1) -> None:
         try:
-            _check(qm, rows, lanes, storage, attention_rows)
-            if softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
-                raise ValueError(f"softmax lanes must be a power of two that divides lanes ({lanes}), got "
-                                 f"{softmax_lanes!r}")
+            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes)
         except ValueError:
             self._MustUse__silence = True
             raise

@@ -50,6 +50,18 @@ class NormSite(NamedTuple):
     shift: Sequence[int]
 
 
+def coef_words(sites: Sequence[NormSite], d: int, lanes: int) -> list[list[int]]:
+    """The coefficient ROM: per site, ceil(d / lanes) words of `lanes` (shift << 15 | mult) fields; padding lanes
+    hold any valid multiplier. The board fit check counts the same words."""
+    words = -(-d // lanes)
+    table = []
+    for site in sites:
+        coefs = [(int(s) << MULT_BITS) | int(mu) for mu, s in zip(site.mult, site.shift, strict=True)]
+        coefs += [(1 << MULT_BITS) | 1] * (words * lanes - d)
+        table += [coefs[k * lanes:(k + 1) * lanes] for k in range(words)]
+    return table
+
+
 class NormUnit(wiring.Component):
     """Stream of d int16 residual elements in, words of `lanes` int8 normalised elements out, per vector.
 
@@ -142,11 +154,7 @@ class NormUnit(wiring.Component):
         x_wr = x_ram.write_port(granularity=1)
         x_rd = x_ram.read_port()
         coef_layout = data.ArrayLayout(unsigned(MULT_BITS + SHIFT_BITS), lanes)
-        coef_init = []
-        for site in self.sites:
-            coefs = [(s << MULT_BITS) | mu for mu, s in zip(site.mult, site.shift, strict=True)]
-            coefs += [(1 << MULT_BITS) | 1] * (words * lanes - d)  # padding lanes: any valid multiplier
-            coef_init += [coefs[k * lanes:(k + 1) * lanes] for k in range(words)]
+        coef_init = coef_words(self.sites, d, lanes)
         m.submodules.coef_rom = coef_rom = Memory(shape=coef_layout, depth=n_sites * words, init=coef_init)
         coef_rd = coef_rom.read_port()
         rsqrt_init = [int(v) for v in rsqrt_table().tolist()]

@@ -178,14 +178,25 @@ def weight_formats(qm: QModel) -> dict[tuple[str, int], list[str]]:
     return formats
 
 
+def word_bits(plan: HardwarePlan, code_bits: int, scheme: str) -> int:
+    """A stored weight word: `lanes` codes, plus the 5-bit block shift of an MXFP4 word (rtl/weight_store.py)."""
+    return plan.lanes * code_bits + (5 if scheme == "mxfp4" else 0)
+
+
+def table_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
+    """(name, depth in words, word bits) of the embedding and learned-position tables, one row per lookup."""
+    tables = [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else [])
+    return [(name, table.codes.shape[0] * plan.chunks(table.codes.shape[1]), word_bits(plan, table.bits, table.scheme))
+            for name, table in tables]
+
+
 def weight_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
     """(name, depth in words, word bits) of every weight bank memory, as rtl/weight_banks.py builds them."""
     linears = dict(qm.linears())
     shapes = []
     for index, ((scheme, bits), names) in enumerate(weight_formats(qm).items()):
         depth = sum(-(-linears[n].codes.shape[0] // plan.rows) * plan.chunks(linears[n].codes.shape[1]) for n in names)
-        width = plan.lanes * bits + (5 if scheme == "mxfp4" else 0)
-        shapes += [(f"weights{index}.bank{b}", depth, width) for b in range(plan.rows)]
+        shapes += [(f"weights{index}.bank{b}", depth, word_bits(plan, bits, scheme)) for b in range(plan.rows)]
     return shapes
 
 
