@@ -67,6 +67,14 @@ def test_decoder_rejects_attention_rows_it_cannot_use():
         Decoder(qm, rows=4, lanes=4, attention_rows=8)
 
 
+def test_decoder_rejects_softmax_lanes_it_cannot_use():
+    qm = _qmodel("llama", "int8")
+    for softmax_lanes in (3, 8):  # not a power of two; not a divisor of lanes 4
+        with pytest.raises(ValueError, match=rf"^softmax lanes must be a power of two that divides lanes \(4\), got "
+                                             rf"{softmax_lanes}$"):
+            Decoder(qm, lanes=4, softmax_lanes=softmax_lanes)
+
+
 def test_decoder_rejects_lanes_it_cannot_use():
     qm = _qmodel("llama", "int8")
     with pytest.raises(ValueError, match=r"^lanes 16 must divide the head width 8: the attention products read whole "
