@@ -46,6 +46,7 @@ def ulx3s_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return folder, result
 
 
+@pytest.mark.xdist_group("ulx3s_build")
 def test_ulx3s_bitstream_and_report(ulx3s_build: tuple[Path, dict]) -> None:
     folder, result = ulx3s_build
     assert result == json.loads((folder / "build_ulx3s.json").read_text())
@@ -70,6 +71,7 @@ def test_ulx3s_bitstream_and_report(ulx3s_build: tuple[Path, dict]) -> None:
     assert result["seconds"] > 0
 
 
+@pytest.mark.xdist_group("ulx3s_build")
 def test_tok_s_prefers_the_simulated_cycle_count(ulx3s_build: tuple[Path, dict]) -> None:
     from hardwire.boards.fpga import cycles_per_token
 

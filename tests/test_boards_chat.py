@@ -360,6 +360,7 @@ def build(qm, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_chat_prints_the_continuation(qm, build, capsys):
     from hardwire.boards.emulator import load_build
 
@@ -371,6 +372,7 @@ def test_chat_prints_the_continuation(qm, build, capsys):
     assert emulator.failure is None
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_chat_interactive_lines(qm, build, capsys):
     from hardwire.boards.chat import run_chat
 
@@ -416,6 +418,7 @@ def test_chat_silent_port(capsys):
         "BUILD --board ...` and `hardwire flash`, and on this port?\n")
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_chat_characters_outside_the_vocabulary(build, capsys):
     assert main(["chat", "--port", "/dev/null", "--build", str(build), "--prompt", "Hello, World!"]) == 2
     assert capsys.readouterr().err == ("hardwire: error: the prompt has characters outside the model's vocabulary: "
@@ -432,6 +435,7 @@ def test_chat_vocabulary_size_mismatch(qm, capsys):
         "the folder the board was built from\n")
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
     """A board from another hardwire version: refused before any text is sent."""
     with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
@@ -441,6 +445,7 @@ def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
                                        "hardwire speaks 1: rebuild and flash the board with this hardwire\n")
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_chat_prompt_longer_than_the_context(build, capsys):
     from hardwire.boards.emulator import load_build
 
@@ -461,6 +466,7 @@ def test_status_payload_roundtrip_from_the_emulator(qm):
     assert (tokens, position, flags) == (2, 2, 0) and cycles > 0
 
 
+@pytest.mark.xdist_group("chat_build")
 def test_hardwire_emulate_serves_until_ctrl_c(qm, build):
     """The CLI end to end: `hardwire emulate` prints its port, a client talks to it, SIGINT stops it cleanly."""
     import signal

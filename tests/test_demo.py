@@ -39,6 +39,7 @@ def test_demo_defaults_to_no_board() -> None:
     assert re.search(r"^bitstream: .*\n(\t@echo .*\n)+\t\$\(VENV\)/bin/hardwire demo --board ulx3s\n", makefile, re.M)
 
 
+@pytest.mark.xdist_group("demo")
 def test_demo_stops_after_the_simulation_with_an_estimate(char_model: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
@@ -53,6 +54,7 @@ def test_demo_stops_after_the_simulation_with_an_estimate(char_model: Path, tmp_
     assert "Fmax" not in text and not (out / "board_ulx3s").exists() and not (out / "build_ulx3s.json").exists()
 
 
+@pytest.mark.xdist_group("demo")
 def test_demo_with_a_board_builds_and_reports_the_clock(char_model: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from hardwire.cli import BUNDLED_MODEL
 from hardwire.frontend import float_forward, load
 from hardwire.frontend.ir import Linear
 from hardwire.quant import reference
@@ -177,9 +176,9 @@ GOLDEN_INT8 = [0, 21, 1, 61, 47, 50, 50, 1, 52, 53, 58, 1, 40, 43, 1, 58, 46, 43
                43, 1, 57, 43]  # "\nI will not be the sun of the se"
 
 
-def test_bundled_model_golden_tokens():
-    ir = load(BUNDLED_MODEL)
-    qm = quantize(ir, "int8")
+@pytest.mark.xdist_group("bundled_int8")
+def test_bundled_model_golden_tokens(bundled_int8):
+    ir, qm = bundled_int8
     stoi = {c: i for i, c in enumerate(ir.vocab)}
     tokens = ReferenceDecoder(qm).generate([stoi[c] for c in GOLDEN_PROMPT], 32)
     assert tokens == GOLDEN_INT8, "".join(ir.vocab[t] for t in tokens)

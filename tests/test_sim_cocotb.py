@@ -4,6 +4,12 @@ Each parametrised case compiles into its own build folder; the Verilated C++ is 
 unoptimised (quick to build, and these simulations are short). The testbench itself
 checks every generated token against quant.reference and fails the cocotb test otherwise;
 the assertions here check what it recorded.
+
+A Verilator build takes most of a minute (weights as logic: two to four), so each case here is
+one that no other case covers: every scheme and both storages on the Hugging Face Llama with
+grouped-query attention (storage and scheme are independent in the weight store, whose every
+word test_rtl_weight_store.py reads in both storages for every format), GPT-2, the bundled
+model, several engine shapes; the tests that can share a build (xdist_group) share it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import numpy as np
 import pytest
 from random_ir import random_ir
 
-from hardwire.cli import BUNDLED_MODEL, main
+from hardwire.cli import main
 from hardwire.frontend import load
 from hardwire.quant.lora import quantize_lora
 from hardwire.quant.quantize import quantize
@@ -36,9 +42,9 @@ def _hf_ir(exported, name: str):
     return _IRS[name]
 
 
-@pytest.mark.parametrize("storage", ["rom", "logic"])
-@pytest.mark.parametrize("scheme", ["int8", "mixed36", "mxfp4"])
+@pytest.mark.parametrize("scheme,storage", [("int8", "rom"), ("mixed36", "logic"), ("mxfp4", "rom")])
 def test_hf_llama_gqa_token_exact(exported, tmp_path, scheme, storage):
+    """Each scheme once and each storage at least once: mixed36 (int3 and int6 tensors, two word formats) as logic."""
     ir = _hf_ir(exported, "llama-gqa-untied")
     assert ir.config.n_kv_heads < ir.config.n_heads  # grouped-query attention
     qm = quantize(ir, scheme, context=16)
@@ -49,15 +55,16 @@ def test_hf_llama_gqa_token_exact(exported, tmp_path, scheme, storage):
 
 
 def test_hf_gpt2_token_exact(exported, tmp_path):
+    """ROM weights: as logic this model takes four minutes to build (logic storage: the Llama mixed36 case)."""
     qm = quantize(_hf_ir(exported, "gpt2"), "int8", context=16)
-    compile_to(qm, tmp_path, lanes=8, storage="logic", progress=False)
+    compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
     result = simulate(tmp_path, [17, 3, 88], 8, seed=2, idle=0.3, stall=0.3, optimise=False, progress=False)
     assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
 
 
-def test_bundled_model_generates_32_tokens(tmp_path):
-    ir = load(BUNDLED_MODEL)
-    qm = quantize(ir, "int8")
+@pytest.mark.xdist_group("bundled_int8")
+def test_bundled_model_generates_32_tokens(bundled_int8, tmp_path):
+    ir, qm = bundled_int8
     compile_to(qm, tmp_path, lanes=32, storage="rom", vocab=ir.vocab, progress=False)  # 32 lanes: half the cycles
     prompt = [ir.vocab.index(c) for c in "ROMEO:"]
     result = simulate(tmp_path, prompt, 32, seed=3, stall=0.2, optimise=False, progress=False)
@@ -74,6 +81,7 @@ def small_build(tmp_path_factory):
     return qm, path
 
 
+@pytest.mark.xdist_group("small_build")
 def test_new_sequence_resets_the_kv_cache(small_build):
     _, path = small_build
     records, _, _ = run_steps(path, [Generate([3, 7], 4), Generate([11, 2, 9], 5), Generate([3, 7], 4)],
@@ -82,6 +90,7 @@ def test_new_sequence_resets_the_kv_cache(small_build):
     assert records[0]["tokens"] == records[2]["tokens"]  # the second sequence left nothing behind
 
 
+@pytest.mark.xdist_group("small_build")
 def test_full_context_and_bad_token_raise_flags_without_output(small_build):
     qm, path = small_build
     first = ReferenceDecoder(qm).generate([4], 1)[0]
@@ -112,6 +121,7 @@ def _adapters(qm, seed: int, zero: bool = False) -> dict:
     return adapters
 
 
+@pytest.mark.xdist_group("small_build")
 def test_lora_through_the_host_port(small_build):
     qm, path = small_build
     prompt = [3, 7, 1]
@@ -129,14 +139,22 @@ def test_lora_through_the_host_port(small_build):
     assert all(r["match"] for r in runs)
 
 
-def test_cli_sim_writes_sim_json(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def cli_build(tmp_path_factory):
+    """One small GPT-2 build for `hardwire sim` (which builds optimised C++, in its own sim_build folder)."""
     qm = quantize(random_ir(family="gpt2", d=16, heads=2, kv_heads=2, ffn=24, context=8, layers=2), "int8", context=8)
-    compile_to(qm, tmp_path, lanes=2, storage="rom", progress=False)
-    assert main(["sim", str(tmp_path), "--prompt-ids", "1,2,3", "-n", "4"]) == 0
+    path = tmp_path_factory.mktemp("cli_build")
+    compile_to(qm, path, lanes=2, storage="rom", progress=False)
+    return path
+
+
+@pytest.mark.xdist_group("cli_build")
+def test_cli_sim_writes_sim_json(cli_build, capsys):
+    assert main(["sim", str(cli_build), "--prompt-ids", "1,2,3", "-n", "4"]) == 0
     out = capsys.readouterr().out
     assert "PASS: every token equals the integer reference" in out and "cycles per token:" in out
     assert "MAC-lane utilisation:" in out
-    saved = json.loads((tmp_path / "sim.json").read_text())
+    saved = json.loads((cli_build / "sim.json").read_text())
     assert saved["match"] and saved["tokens"] == saved["reference_tokens"] and saved["cycles_per_token"] > 0
     assert len(saved["cycles"]) == len(saved["macs"]) == 3 + 4 - 1 and 0 < saved["lane_utilisation"] <= 1
 
@@ -158,22 +176,27 @@ def test_cli_sim_refuses_a_folder_that_is_not_a_build(tmp_path, capsys):
                                        f"{tmp_path}`\n")
 
 
-def test_a_verilog_that_disagrees_with_the_reference_fails(small_build, tmp_path, capsys):
-    """The comparison can fail: the reference's head rows rolled by one, the Verilog's left as built."""
-    _, path = small_build
-    tampered = tmp_path / "tampered"
-    shutil.copytree(path, tampered, ignore=shutil.ignore_patterns("sim_build*"))
-    arrays = dict(np.load(tampered / "qmodel.npz"))
+@pytest.mark.xdist_group("cli_build")
+def test_a_verilog_that_disagrees_with_the_reference_fails(cli_build, capsys):
+    """The comparison can fail: the reference's head rows rolled by one, the Verilog's left as built. The build
+    folder is tampered with in place (a copy elsewhere would rebuild the Verilated model) and restored after."""
+    npz = cli_build / "qmodel.npz"
+    original = npz.read_bytes()
+    arrays = dict(np.load(npz))
     heads = [name for name in arrays if name.startswith("head.")]
     assert "head.codes" in heads
-    np.savez(tampered / "qmodel.npz", **{k: np.roll(v, 1, axis=0) if k in heads else v for k, v in arrays.items()})
-    assert main(["sim", str(tampered), "--prompt-ids", "3,7", "-n", "4"]) == 1
+    try:
+        np.savez(npz, **{k: np.roll(v, 1, axis=0) if k in heads else v for k, v in arrays.items()})
+        assert main(["sim", str(cli_build), "--prompt-ids", "3,7", "-n", "4"]) == 1
+    finally:
+        npz.write_bytes(original)
     out = capsys.readouterr().out
     assert "FAIL: reference decodes [" in out
-    record = json.loads((tampered / "sim.json").read_text())
+    record = json.loads((cli_build / "sim.json").read_text())
     assert record["match"] is False and record["tokens"] != record["reference_tokens"]
 
 
+@pytest.mark.xdist_group("small_build")
 def test_a_verilog_that_does_not_build_says_so_with_the_log_tail(small_build, tmp_path):
     _, path = small_build
     broken = tmp_path / "broken"
@@ -188,6 +211,7 @@ def test_a_verilog_that_does_not_build_says_so_with_the_log_tail(small_build, tm
     assert "decoder.v" in message.split(":\n", 1)[1]  # the tail names the file with the error
 
 
+@pytest.mark.xdist_group("small_build")
 @pytest.mark.skipif(shutil.which("iverilog") is not None, reason="Icarus Verilog is installed")
 def test_icarus_asked_for_but_absent_is_a_clear_error(small_build, capsys):
     _, path = small_build
@@ -197,6 +221,7 @@ def test_icarus_asked_for_but_absent_is_a_clear_error(small_build, capsys):
                                        "verilator\n")
 
 
+@pytest.mark.xdist_group("small_build")
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed")
 def test_icarus_decodes_the_reference_tokens(small_build):
     _, path = small_build
