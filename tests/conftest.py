@@ -18,6 +18,7 @@ without the tests. A run starts with an empty cache, so its time is that of a fr
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -130,7 +131,7 @@ if LoadGroupScheduling is not None:
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[object, Path]]:
-    """name -> (torch model, path of its ONNX export), each exported once per session in its own folder."""
+    """name -> (torch model, path of its ONNX export), each exported once per run in its own folder."""
     builders = {
         "example-dynamo": (exports.example_model, lambda m, p: exports.export_example(m, p, dynamo=True)),
         "example-torchscript": (exports.example_model, lambda m, p: exports.export_example(m, p, dynamo=False)),
@@ -139,12 +140,24 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[
         "gpt2": (exports.hf_gpt2, exports.export_dynamo),
     }
     cache: dict[str, tuple[object, Path]] = {}
+    # one folder for the run: xdist's workers have basetemps side by side in the run's, and the first worker
+    # to need a model exports it (about 10 s) while the others wait on its lock and read the same file
+    root = tmp_path_factory.getbasetemp()
+    root = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "exported"
 
     def get(name: str) -> tuple[object, Path]:
         if name not in cache:
             make, export = builders[name]
-            model = make()
-            cache[name] = (model, export(model, tmp_path_factory.mktemp(name) / "model.onnx"))
+            model = make()  # seeded: every worker builds the same weights
+            folder = root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / "model.onnx"
+            with open(folder / "export.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (folder / "exported").exists():
+                    export(model, path)
+                    (folder / "exported").touch()
+            cache[name] = (model, path)
         return cache[name]
 
     return get
