@@ -26,7 +26,7 @@ from .argmax import Argmax
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
-from .plan import KV_BITS, HardwarePlan, weight_formats
+from .plan import KV_BITS, HardwarePlan, kv_layer_words, weight_formats
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
@@ -189,25 +189,24 @@ class Decoder(wiring.Component):
         }
         for name, mem in mems.items():
             m.submodules[name] = mem
-        # the KV cache in `attn_rows` banks per layer, so that the scores of attn_rows positions (K: position p in
-        # bank p % attn_rows) and the weighted sums of attn_rows channels (V transposed: channel j in bank
-        # j % attn_rows) are formed at once
+        # the KV cache in `attn_rows` banks, so that the scores of attn_rows positions (K: position p in bank
+        # p % attn_rows) and the weighted sums of attn_rows channels (V transposed: channel j in bank j % attn_rows)
+        # are formed at once; every layer's cache lies in the same banks, one after another (one layer runs at a
+        # time, so a bank's port serves them all and block RAM holds the cache at its full width)
         attn_rows = self.attn_rows
-        kcache = [[Memory(shape=kv_layout, depth=-(-ctx // attn_rows) * c_kv, init=[]) for _ in range(attn_rows)]
-                  for _ in range(cfg.n_layers)]
-        vcache = [[Memory(shape=kv_layout, depth=kvdim // attn_rows * c_ctx, init=[]) for _ in range(attn_rows)]
-                  for _ in range(cfg.n_layers)]  # V transposed
-        for i in range(cfg.n_layers):
-            for b in range(attn_rows):
-                m.submodules[f"kcache{i}_{b}"], m.submodules[f"vcache{i}_{b}"] = kcache[i][b], vcache[i][b]
+        k_layer, v_layer = kv_layer_words(qm, self.plan)
+        kcache = [Memory(shape=kv_layout, depth=cfg.n_layers * k_layer, init=[]) for _ in range(attn_rows)]
+        vcache = [Memory(shape=kv_layout, depth=cfg.n_layers * v_layer, init=[]) for _ in range(attn_rows)]  # V^T
+        for b in range(attn_rows):
+            m.submodules[f"kcache{b}"], m.submodules[f"vcache{b}"] = kcache[b], vcache[b]
         m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
         m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
         # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
         m.submodules.raw_q = raw_q = Memory(shape=signed(8), depth=qdim, init=[])
         m.submodules.raw_k = raw_k = Memory(shape=signed(8), depth=kvdim, init=[])
         self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw_q": raw_q, "raw_k": raw_k,  # for testbenches
-                         **{f"kcache{i}_{b}": mem for i, layer in enumerate(kcache) for b, mem in enumerate(layer)},
-                         **{f"vcache{i}_{b}": mem for i, layer in enumerate(vcache) for b, mem in enumerate(layer)}}
+                         **{f"kcache{b}": mem for b, mem in enumerate(kcache)},
+                         **{f"vcache{b}": mem for b, mem in enumerate(vcache)}}
 
         resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
         gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
@@ -215,10 +214,10 @@ class Decoder(wiring.Component):
         rk1, rk2, rk_wr = raw_k.read_port(domain="comb"), raw_k.read_port(domain="comb"), raw_k.write_port()
         rd = {name: mem.read_port() for name, mem in mems.items()}
         wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
-        k_rd = [[mem.read_port() for mem in layer] for layer in kcache]
-        k_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in kcache]
-        v_rd = [[mem.read_port() for mem in layer] for layer in vcache]
-        v_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in vcache]
+        k_rd = [mem.read_port() for mem in kcache]
+        k_wr = [mem.write_port(granularity=1) for mem in kcache]
+        v_rd = [mem.read_port() for mem in vcache]
+        v_wr = [mem.write_port(granularity=1) for mem in vcache]
 
         # -- units ------------------------------------------------------------------------------
         macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits) for _ in range(rows)]
@@ -329,7 +328,7 @@ class Decoder(wiring.Component):
         mv_rows = Signal(range(max(ctx, cfg.ffn, cfg.vocab_size, d, qdim) + 1))
         mv_chunks = Signal(range(self.chunks(max(ctx, cfg.ffn, d, qdim)) + 1))
         mv_groups = Signal.like(mv_rows)
-        max_words = max([ctx * c_kv, kvdim * c_ctx] + [wb.words for wb in banks])
+        max_words = max([cfg.n_layers * k_layer, cfg.n_layers * v_layer] + [wb.words for wb in banks])
         mv_row_stride = Signal(range(max_words + 1))
         mv_code_base = Signal(range(max_words + 1))
         mv_act_base = Signal(range(self.chunks(max(big, cfg.ffn, ctx)) + 1))
@@ -346,7 +345,7 @@ class Decoder(wiring.Component):
             m.d.comb += [wb.addr.eq(code_addr), wb.en.eq(advance)]
         for port in rd.values():
             m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
-        for port in [p for layer in k_rd + v_rd for p in layer] + a_rd:
+        for port in k_rd + v_rd + a_rd:
             m.d.comb += [port.addr.eq(code_addr), port.en.eq(advance)]
         with m.If(mv_start):
             m.d.sync += [issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(mv_code_base)]
@@ -363,14 +362,12 @@ class Decoder(wiring.Component):
         # codes: the selected weight store, or this layer's K / V cache word
         codes_sel = Signal(data.ArrayLayout(data.ArrayLayout(signed(8), lanes), rows))  # one word per row unit
         shift_sel = Signal(data.ArrayLayout(unsigned(5), rows))
-        with m.If(mv_attn), m.Switch(layer_sel):  # row unit b reads KV bank b
-            for i in range(cfg.n_layers):
-                with m.Case(i):
-                    for b in range(attn_rows):
-                        with m.If(mv_mode == Mode.SCORES):
-                            m.d.comb += [codes_sel[b][j].eq(k_rd[i][b].data[j]) for j in range(lanes)]
-                        with m.Else():
-                            m.d.comb += [codes_sel[b][j].eq(v_rd[i][b].data[j]) for j in range(lanes)]
+        with m.If(mv_attn):  # row unit b reads KV bank b
+            for b in range(attn_rows):
+                with m.If(mv_mode == Mode.SCORES):
+                    m.d.comb += [codes_sel[b][j].eq(k_rd[b].data[j]) for j in range(lanes)]
+                with m.Else():
+                    m.d.comb += [codes_sel[b][j].eq(v_rd[b].data[j]) for j in range(lanes)]
         with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):  # A of the slot: int8 codes, no block shift
             for n, port in enumerate(a_rd):
                 with m.Case(n):
@@ -492,11 +489,8 @@ class Decoder(wiring.Component):
                              rk_wr.en.eq(took & (mv_mode == Mode.K))]
             with m.Case(Mode.V):  # transposed: row j of head g, column = position
                 m.d.comb += dest_ready.eq(1)
-                with m.Switch(layer_sel):
-                    for i in range(cfg.n_layers):
-                        with m.Case(i):
-                            self._bank_write(m, v_wr[i], row_out, (row_out // attn_rows) * c_ctx + position // lanes,
-                                             position % lanes, y8, took)
+                self._bank_write(m, v_wr, row_out, layer_sel * v_layer + (row_out // attn_rows) * c_ctx +
+                                 position // lanes, position % lanes, y8, took)
             with m.Case(Mode.RESID):
                 total = Signal(signed(18))
                 m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
@@ -738,7 +732,7 @@ class Decoder(wiring.Component):
                     with m.State(f"L{i}_H{h}_SCORES"):
                         m.d.sync += head.eq(h)
                         m.d.sync += start_mv(Mode.SCORES, rows=position + 1, chunks=hd // lanes, mode=Mode.SCORES,
-                                             src=Source.Q, code_base=(g * hd) // lanes, stride=c_kv,
+                                             src=Source.Q, code_base=i * k_layer + (g * hd) // lanes, stride=c_kv,
                                              act_base=(h * hd) // lanes)
                         m.next = f"L{i}_H{h}_SCORES_WAIT"
                     with m.State(f"L{i}_H{h}_SCORES_WAIT"), m.If(mv_done):
@@ -747,7 +741,8 @@ class Decoder(wiring.Component):
                     nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < cfg.n_heads else f"L{i}_O"
                     with m.State(f"L{i}_H{h}_PV"):
                         m.d.sync += start_mv(Mode.PV, rows=hd, chunks=(position + lanes) // lanes, mode=Mode.PV,
-                                             src=Source.PROBS, code_base=g * hd // attn_rows * c_ctx, stride=c_ctx)
+                                             src=Source.PROBS, code_base=i * v_layer + g * hd // attn_rows * c_ctx,
+                                             stride=c_ctx)
                         m.next = f"L{i}_H{h}_PV_WAIT"
                     with m.State(f"L{i}_H{h}_PV_WAIT"), m.If(mv_done):
                         m.next = nxt
@@ -846,11 +841,9 @@ class Decoder(wiring.Component):
     def _k_write(self, m: Module, k_wr: list, layer_sel: Signal, position: Signal, el: object, val: object,
                  en: object, c_kv: int) -> None:
         """One element of k (after RoPE) into this layer's K cache at `position` (bank position % attn_rows)."""
-        with m.Switch(layer_sel):
-            for i, ports in enumerate(k_wr):
-                with m.Case(i):
-                    self._bank_write(m, ports, position, (position // self.attn_rows) * c_kv + el // self.lanes,
-                                     el % self.lanes, val, en)
+        k_layer = kv_layer_words(self.qm, self.plan)[0]
+        self._bank_write(m, k_wr, position, layer_sel * k_layer + (position // self.attn_rows) * c_kv +
+                         el // self.lanes, el % self.lanes, val, en)
 
     def _rope_writes(self, m: Module, lanes: int, c_kv: int, is_k: Signal, en: Signal, el: Signal, val: Signal,
                      q_wr: object, k_wr: list, layer_sel: Signal, position: Signal) -> None:

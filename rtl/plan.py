@@ -200,14 +200,19 @@ def weight_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, i
     return shapes
 
 
+def kv_layer_words(qm: QModel, plan: HardwarePlan) -> tuple[int, int]:
+    """Words one layer's K and transposed-V cache take in each of the `attn_rows` banks (layers follow each other)."""
+    attn, kvdim = plan.attn_rows(qm.config.head_dim), qm.config.n_kv_heads * qm.config.head_dim
+    return -(-qm.context // attn) * (kvdim // plan.lanes), kvdim // attn * plan.chunks(qm.context)
+
+
 def kv_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
-    """(name, depth in words, word bits) of the K and transposed V cache banks of every layer."""
-    cfg = qm.config
-    attn = plan.attn_rows(cfg.head_dim)
-    kvdim = cfg.n_kv_heads * cfg.head_dim
+    """(name, depth in words, word bits) of the K and transposed V cache banks: one pair per attention row, holding
+    every layer (one layer reads at a time, so sharing the port costs nothing and keeps the banks full width)."""
+    k_layer, v_layer = kv_layer_words(qm, plan)
+    layers = qm.config.n_layers
     shapes = []
-    for i in range(cfg.n_layers):
-        for b in range(attn):
-            shapes.append((f"kcache{i}_{b}", -(-qm.context // attn) * (kvdim // plan.lanes), plan.lanes * KV_BITS))
-            shapes.append((f"vcache{i}_{b}", kvdim // attn * plan.chunks(qm.context), plan.lanes * KV_BITS))
+    for b in range(plan.attn_rows(qm.config.head_dim)):
+        shapes.append((f"kcache{b}", layers * k_layer, plan.lanes * KV_BITS))
+        shapes.append((f"vcache{b}", layers * v_layer, plan.lanes * KV_BITS))
     return shapes
