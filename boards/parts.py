@@ -58,6 +58,7 @@ class Part:
     bram_shapes: tuple[tuple[int, int], ...]  # (depth, width) aspect ratios of one block
     dsps: int  # hard multipliers
     dsp_name: str
+    infers_dsps: bool  # the flow maps `*` to them (synth_ecp5 does; synth_ice40 without -dsp does not)
     spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
     clock_mhz: float  # the board's oscillator
     bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
@@ -78,7 +79,7 @@ ULX3S_85F = Part(
     luts=83_640, ffs=83_640,  # ECP5 family data sheet (FPGA-DS-02012), LFE5U-85: 84K LUTs, one FF per LUT
     bram_blocks=208, bram_name="DP16KD",  # 208 sysMEM blocks of 18 Kbit = 3,744 Kbit
     bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
-    dsps=156, dsp_name="MULT18X18D",  # 156 18x18 multipliers
+    dsps=156, dsp_name="MULT18X18D", infers_dsps=True,  # 156 18x18 multipliers
     spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
     min_decoder_luts=10_601)  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
 
@@ -87,7 +88,7 @@ ICEBREAKER = Part(
     luts=5_280, ffs=5_280,  # iCE40 UltraPlus data sheet (FPGA-DS-02008): 5,280 LUT4s, one FF each
     bram_blocks=30, bram_name="SB_RAM40_4K",  # 30 EBR of 4 Kbit = 120 Kbit
     bram_shapes=((2048, 2), (1024, 4), (512, 8), (256, 16)),
-    dsps=8, dsp_name="SB_MAC16",
+    dsps=8, dsp_name="SB_MAC16", infers_dsps=False,
     spram_bits=4 * 256 * 1024,  # 4 SPRAM of 256 Kbit: no initial contents, so never a weight ROM
     clock_mhz=12.0, bram_cost=64, lutram=False,  # the iCEBreaker's 12 MHz oscillator (clk12)
     # 27,007 SB_LUT4 measured for 1 layer of 8, 8 lanes, with UART and host link (yosys 0.70 synth_ice40); the
@@ -195,11 +196,12 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
-    for i, layer in enumerate(qm.layers):  # per layer: a Softmax (its score buffer, an EXP table per lane: the
-        # registered case tables become ROMs in synthesis) and an activation table
-        mems.append(BlockMemory(f"softmax_buf{i}", "buffers", plan.chunks_of(qm.context, sm_lanes),
-                                sm_lanes * max(SCORE_BITS, E_BITS)))
-        mems += [BlockMemory(f"exp{i}_{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
+    # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become
+    # ROMs in synthesis); an activation table per layer
+    mems.append(BlockMemory("softmax_buf", "buffers", plan.chunks_of(qm.context, sm_lanes),
+                            sm_lanes * max(SCORE_BITS, E_BITS)))
+    mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
+    for i, layer in enumerate(qm.layers):
         mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, live_bits(layer.act_table.tolist(), 8)))
     if cfg.positions == "rope":  # cos and sin per position and pair
         for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
@@ -254,7 +256,7 @@ class FitEstimate:
         if p.min_decoder_luts > p.luts:
             problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
                             f"measured), the {p.title} has {p.luts:,}")
-        if self.dsp_lanes and self.dsp_lanes + OTHER_DSPS > p.dsps:
+        if p.infers_dsps and self.dsp_lanes + OTHER_DSPS > p.dsps:
             problems.append(f"{self.label} needs about {self.dsp_lanes + OTHER_DSPS} {p.dsp_name} ({self.dsp_lanes} MAC "
                             f"lanes and about {OTHER_DSPS} for the rest), the {p.title} has {p.dsps}; put fewer rows on "
                             f"DSPs (--dsp-rows {max(0, (p.dsps - OTHER_DSPS) // max(1, self.lanes))} or fewer)")
@@ -368,8 +370,12 @@ def shift_add_lut4_per_lane(code_bits: int) -> int:
     return SHIFT_ADD_LUT4_PER_LANE[min(b for b in SHIFT_ADD_LUT4_PER_LANE if b >= code_bits)]
 
 
+SOFTMAX_LANES = (1, 2, 4, 8)  # softmax lanes --rows auto tries: past 8 the exponent pass is no longer what waits
+
+
 def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
-    """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width) and attention rows."""
+    """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width), attention rows
+    and softmax lanes (dividing lanes)."""
     hd = qm.config.head_dim
     lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (qm.scheme != "mxfp4" or 32 % (1 << k) == 0)]
     plans = []
@@ -377,7 +383,8 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
         for lanes in lane_options:
             for attention in (1 << k for k in range(7)):
                 if attention <= rows and hd % attention == 0:
-                    plans.append(HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention))
+                    plans += [HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention,
+                                           softmax_lanes=softmax) for softmax in SOFTMAX_LANES if lanes % softmax == 0]
     return plans
 
 
@@ -392,15 +399,21 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
     -> (plan, its fit estimate, its cycles per token).
     """
     position = qm.context // 2
-    best = None
+    ranked = []  # the cycles are quick to count, the fit is not: estimate the fit in order of speed, until one fits
     for plan in candidate_plans(qm, storage):
-        dsp_rows = max(0, min(plan.rows, (part.dsps - OTHER_DSPS) // plan.lanes))
+        dsp_rows = max(0, min(plan.rows, (part.dsps - OTHER_DSPS) // plan.lanes)) if part.infers_dsps else plan.rows
         if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
             plan = replace(plan, dsp_rows=dsp_rows)
+        ranked.append(((cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle), plan))
+    ranked.sort(key=lambda item: item[0])
+    best = None
+    for (cycles, macs), plan in ranked:
+        if best is not None and (cycles, macs) > best[0][:2]:
+            break  # slower, or as fast with more MACs, than one that fits
         fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
         if fit.problems():
             continue
-        key = (cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle, fit.shift_add_luts, plan.rows)
+        key = (cycles, macs, fit.shift_add_luts, plan.rows)
         if best is None or key < best[0]:
             best = (key, plan, fit)
     if best is None:

@@ -49,7 +49,8 @@ class BuildReport:
 
     def summary(self) -> str:
         ratio = self.cycles_per_token_estimate / self.mac_bound_cycles
-        shape = HardwarePlan(self.rows, self.lanes, attention_rows=self.attention_rows).shape
+        shape = HardwarePlan(self.rows, self.lanes, attention_rows=self.attention_rows,
+                             softmax_lanes=self.softmax_lanes, dsp_rows=self.dsp_rows).shape
         return "\n".join([
             f"scheme {self.scheme}, {self.params:,} weights, {self.weight_bits:,} code bits "
             f"({self.avg_weight_bits:.2f} bits/weight), {self.storage} storage of {self.weight_storage_bits:,} bits",

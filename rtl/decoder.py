@@ -241,12 +241,14 @@ class Decoder(wiring.Component):
         norm_unit = NormUnit(d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
                                            for qn in norm_sites.values()], lanes=self.plan.vector_lanes)
         m.submodules.norm = norm_unit
-        softmaxes, acts = [], []
+        # one softmax for every layer (one head runs at a time), with each layer's scale: its score buffer and
+        # exponent tables exist once, so several softmax lanes cost block RAM once, not per layer
+        m.submodules.softmax = softmax = Softmax(ctx, [layer.sm_mult for layer in qm.layers],
+                                                 [layer.sm_shift for layer in qm.layers], lanes=self.plan.softmax_lanes)
+        acts = []
         for i, layer in enumerate(qm.layers):
-            sm = Softmax(ctx, layer.sm_mult, layer.sm_shift, lanes=self.plan.softmax_lanes)
             unit = Glu(layer.act_table) if gated else TableLookup(layer.act_table)
-            m.submodules[f"softmax{i}"], m.submodules[f"act{i}"] = sm, unit
-            softmaxes.append(sm)
+            m.submodules[f"act{i}"] = unit
             acts.append(unit)
         rope = None
         if cfg.positions == "rope":
@@ -259,6 +261,7 @@ class Decoder(wiring.Component):
         position = Signal(range(ctx + 1))
         # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
         layer_sel = Signal(range(max(2, cfg.n_layers)))
+        m.d.comb += softmax.site.eq(layer_sel)  # the layer's score scale
         head = Signal(range(max(2, cfg.n_heads)))
         busy, context_full, bad_token = Signal(), Signal(), Signal()
         tokens_done, cycles = Signal(32), Signal(32)
@@ -516,11 +519,9 @@ class Decoder(wiring.Component):
                                 m.d.comb += [unit.i.payload.gate.eq(gate_rd.data), unit.i.payload.up.eq(y8)]
                             else:
                                 m.d.comb += unit.i.payload.eq(y8)
-            with m.Case(Mode.SCORES), m.Switch(layer_sel):
-                for i, sm in enumerate(softmaxes):
-                    with m.Case(i):
-                        m.d.comb += [sm.i.valid.eq(rescale.o.valid), dest_ready.eq(sm.i.ready),
-                                     sm.i.payload.score.eq(y), sm.i.payload.last.eq(row_out == mv_rows - 1)]
+            with m.Case(Mode.SCORES):
+                m.d.comb += [softmax.i.valid.eq(rescale.o.valid), dest_ready.eq(softmax.i.ready),
+                             softmax.i.payload.score.eq(y), softmax.i.payload.last.eq(row_out == mv_rows - 1)]
             with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
                 element = Signal(range(qdim))
                 m.d.comb += [dest_ready.eq(1), element.eq(head * hd + row_out),
@@ -744,7 +745,7 @@ class Decoder(wiring.Component):
                         m.next = f"L{i}_H{h}_SCORES_WAIT"
                     with m.State(f"L{i}_H{h}_SCORES_WAIT"), m.If(mv_done):
                         m.next = f"L{i}_H{h}_SOFTMAX"
-                    self._softmax_state(m, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV", softmaxes[i], wr["probs"], lanes)
+                    self._softmax_state(m, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV", softmax, wr["probs"], lanes)
                     nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < cfg.n_heads else f"L{i}_O"
                     with m.State(f"L{i}_H{h}_PV"):
                         m.d.sync += start_mv(Mode.PV, rows=hd, chunks=(position + lanes) // lanes, mode=Mode.PV,

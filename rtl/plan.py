@@ -30,7 +30,7 @@ class HardwarePlan:
     storage: str = "rom"  # weights in "rom" (block RAM) or "logic" (constant gates)
     attention_rows: int | None = None  # rows for q.k and p.v (KV cache banks); None: all rows when they divide hd
     softmax_lanes: int = 1  # elements per cycle of the softmax's exponent and output passes: each lane has its own
-    #                         EXP table, which synthesis puts in a block RAM (one per lane and layer)
+    #                         EXP table, which synthesis puts in a block RAM (one per lane: all layers share the unit)
     dsp_rows: int | None = None  # row units whose lane products are hard multipliers (DSP blocks); the rest multiply
     #                              by shift-add in the fabric (rtl/mac_array.py). None: all of them
 

@@ -85,8 +85,8 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
     plan, fit, cycles = choose_plan(qm, ULX3S_85F, "rom")
     assert f"sized for the ULX3S-85F: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token" in out
     saved = json.loads((tmp_path / "b" / "report.json").read_text())
-    assert (saved["rows"], saved["lanes"], saved["attention_rows"], saved["dsp_rows"]) == \
-        (plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows)
+    assert (saved["rows"], saved["lanes"], saved["attention_rows"], saved["dsp_rows"], saved["softmax_lanes"]) == \
+        (plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows, plan.softmax_lanes)
     assert plan.macs_per_cycle > 8 and not fit.problems()  # wider than the default engine, and it fits
     with pytest.raises(SystemExit) as exit_info:  # argparse refuses it before anything runs
         main(["compile", str(path), "--rows", "three", "-o", str(tmp_path / "c")])
