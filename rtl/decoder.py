@@ -26,7 +26,7 @@ from .argmax import Argmax
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
-from .plan import KV_BITS, HardwarePlan, weight_formats
+from .plan import KV_BITS, HardwarePlan, kv_layer_words, row_code_bits, weight_formats
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
@@ -79,7 +79,8 @@ def status_layout() -> data.StructLayout:
                               "busy": 1, "context_full": 1, "bad_token": 1})
 
 
-def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int) -> None:
+def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int,
+           dsp_rows: int | None) -> None:
     cfg = qm.config
     if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 64 or rows & (rows - 1):
         raise ValueError(f"rows must be a power of two from 1 to 64, got {rows!r}")
@@ -90,6 +91,9 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
                              f"at most rows ({rows}), got {attention_rows!r}; accepted: {', '.join(map(str, ok))}")
     if storage not in ("rom", "logic"):
         raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
+    if dsp_rows is not None and (isinstance(dsp_rows, bool) or not isinstance(dsp_rows, int) or
+                                 not 0 <= dsp_rows <= rows):
+        raise ValueError(f"DSP rows must be None (all) or a count from 0 to rows ({rows}), got {dsp_rows!r}")
     if lanes < 1 or lanes & (lanes - 1) or lanes > 64:
         raise ValueError(f"lanes must be a power of two from 1 to 64, got {lanes}")
     if cfg.head_dim % lanes:
@@ -112,15 +116,15 @@ class Decoder(wiring.Component):
     """Token stream in (with a new-sequence flag), next-token stream out, status counters."""
 
     def __init__(self, qm: QModel, *, rows: int = 1, lanes: int = 8, storage: str = "rom",
-                 attention_rows: int | None = None, softmax_lanes: int = 1) -> None:
+                 attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None) -> None:
         try:
-            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes)
+            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes, dsp_rows)
         except ValueError:
             self._MustUse__silence = True
             raise
         self.qm, self.rows, self.lanes, self.storage = qm, rows, lanes, storage
         self.plan = HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                                 softmax_lanes=softmax_lanes)
+                                 softmax_lanes=softmax_lanes, dsp_rows=dsp_rows)
         # attention runs `rows` positions (scores) or channels (weighted sum) at once when the head width allows
         self.attn_rows = self.plan.attn_rows(qm.config.head_dim)
         cfg = qm.config
@@ -189,25 +193,24 @@ class Decoder(wiring.Component):
         }
         for name, mem in mems.items():
             m.submodules[name] = mem
-        # the KV cache in `attn_rows` banks per layer, so that the scores of attn_rows positions (K: position p in
-        # bank p % attn_rows) and the weighted sums of attn_rows channels (V transposed: channel j in bank
-        # j % attn_rows) are formed at once
+        # the KV cache in `attn_rows` banks, so that the scores of attn_rows positions (K: position p in bank
+        # p % attn_rows) and the weighted sums of attn_rows channels (V transposed: channel j in bank j % attn_rows)
+        # are formed at once; every layer's cache lies in the same banks, one after another (one layer runs at a
+        # time, so a bank's port serves them all and block RAM holds the cache at its full width)
         attn_rows = self.attn_rows
-        kcache = [[Memory(shape=kv_layout, depth=-(-ctx // attn_rows) * c_kv, init=[]) for _ in range(attn_rows)]
-                  for _ in range(cfg.n_layers)]
-        vcache = [[Memory(shape=kv_layout, depth=kvdim // attn_rows * c_ctx, init=[]) for _ in range(attn_rows)]
-                  for _ in range(cfg.n_layers)]  # V transposed
-        for i in range(cfg.n_layers):
-            for b in range(attn_rows):
-                m.submodules[f"kcache{i}_{b}"], m.submodules[f"vcache{i}_{b}"] = kcache[i][b], vcache[i][b]
+        k_layer, v_layer = kv_layer_words(qm, self.plan)
+        kcache = [Memory(shape=kv_layout, depth=cfg.n_layers * k_layer, init=[]) for _ in range(attn_rows)]
+        vcache = [Memory(shape=kv_layout, depth=cfg.n_layers * v_layer, init=[]) for _ in range(attn_rows)]  # V^T
+        for b in range(attn_rows):
+            m.submodules[f"kcache{b}"], m.submodules[f"vcache{b}"] = kcache[b], vcache[b]
         m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
         m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
         # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
         m.submodules.raw_q = raw_q = Memory(shape=signed(8), depth=qdim, init=[])
         m.submodules.raw_k = raw_k = Memory(shape=signed(8), depth=kvdim, init=[])
         self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw_q": raw_q, "raw_k": raw_k,  # for testbenches
-                         **{f"kcache{i}_{b}": mem for i, layer in enumerate(kcache) for b, mem in enumerate(layer)},
-                         **{f"vcache{i}_{b}": mem for i, layer in enumerate(vcache) for b, mem in enumerate(layer)}}
+                         **{f"kcache{b}": mem for b, mem in enumerate(kcache)},
+                         **{f"vcache{b}": mem for b, mem in enumerate(vcache)}}
 
         resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
         gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
@@ -215,13 +218,16 @@ class Decoder(wiring.Component):
         rk1, rk2, rk_wr = raw_k.read_port(domain="comb"), raw_k.read_port(domain="comb"), raw_k.write_port()
         rd = {name: mem.read_port() for name, mem in mems.items()}
         wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
-        k_rd = [[mem.read_port() for mem in layer] for layer in kcache]
-        k_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in kcache]
-        v_rd = [[mem.read_port() for mem in layer] for layer in vcache]
-        v_wr = [[mem.write_port(granularity=1) for mem in layer] for layer in vcache]
+        k_rd = [mem.read_port() for mem in kcache]
+        k_wr = [mem.write_port(granularity=1) for mem in kcache]
+        v_rd = [mem.read_port() for mem in vcache]
+        v_wr = [mem.write_port(granularity=1) for mem in vcache]
 
         # -- units ------------------------------------------------------------------------------
-        macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits) for _ in range(rows)]
+        # the first rows multiply on DSP blocks, the rest by shift-add, each only as wide as the codes it sees
+        macs = [MacArray(lanes, act_bits=ACT_BITS, acc_bits=acc_bits, code_bits=row_code_bits(qm, self.plan, r),
+                         multiplier="shift_add" if r >= rows - self.plan.shift_add_rows else "dsp")
+                for r in range(rows)]
         for r, mac in enumerate(macs):
             m.submodules[f"mac{r}"] = mac
         m.submodules.serializer = serializer = RowSerializer(rows, acc_bits)
@@ -235,12 +241,14 @@ class Decoder(wiring.Component):
         norm_unit = NormUnit(d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
                                            for qn in norm_sites.values()], lanes=self.plan.vector_lanes)
         m.submodules.norm = norm_unit
-        softmaxes, acts = [], []
+        # one softmax for every layer (one head runs at a time), with each layer's scale: its score buffer and
+        # exponent tables exist once, so several softmax lanes cost block RAM once, not per layer
+        m.submodules.softmax = softmax = Softmax(ctx, [layer.sm_mult for layer in qm.layers],
+                                                 [layer.sm_shift for layer in qm.layers], lanes=self.plan.softmax_lanes)
+        acts = []
         for i, layer in enumerate(qm.layers):
-            sm = Softmax(ctx, layer.sm_mult, layer.sm_shift, lanes=self.plan.softmax_lanes)
             unit = Glu(layer.act_table) if gated else TableLookup(layer.act_table)
-            m.submodules[f"softmax{i}"], m.submodules[f"act{i}"] = sm, unit
-            softmaxes.append(sm)
+            m.submodules[f"act{i}"] = unit
             acts.append(unit)
         rope = None
         if cfg.positions == "rope":
@@ -253,6 +261,7 @@ class Decoder(wiring.Component):
         position = Signal(range(ctx + 1))
         # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
         layer_sel = Signal(range(max(2, cfg.n_layers)))
+        m.d.comb += softmax.site.eq(layer_sel)  # the layer's score scale
         head = Signal(range(max(2, cfg.n_heads)))
         busy, context_full, bad_token = Signal(), Signal(), Signal()
         tokens_done, cycles = Signal(32), Signal(32)
@@ -329,7 +338,7 @@ class Decoder(wiring.Component):
         mv_rows = Signal(range(max(ctx, cfg.ffn, cfg.vocab_size, d, qdim) + 1))
         mv_chunks = Signal(range(self.chunks(max(ctx, cfg.ffn, d, qdim)) + 1))
         mv_groups = Signal.like(mv_rows)
-        max_words = max([ctx * c_kv, kvdim * c_ctx] + [wb.words for wb in banks])
+        max_words = max([cfg.n_layers * k_layer, cfg.n_layers * v_layer] + [wb.words for wb in banks])
         mv_row_stride = Signal(range(max_words + 1))
         mv_code_base = Signal(range(max_words + 1))
         mv_act_base = Signal(range(self.chunks(max(big, cfg.ffn, ctx)) + 1))
@@ -346,7 +355,7 @@ class Decoder(wiring.Component):
             m.d.comb += [wb.addr.eq(code_addr), wb.en.eq(advance)]
         for port in rd.values():
             m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
-        for port in [p for layer in k_rd + v_rd for p in layer] + a_rd:
+        for port in k_rd + v_rd + a_rd:
             m.d.comb += [port.addr.eq(code_addr), port.en.eq(advance)]
         with m.If(mv_start):
             m.d.sync += [issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(mv_code_base)]
@@ -363,14 +372,12 @@ class Decoder(wiring.Component):
         # codes: the selected weight store, or this layer's K / V cache word
         codes_sel = Signal(data.ArrayLayout(data.ArrayLayout(signed(8), lanes), rows))  # one word per row unit
         shift_sel = Signal(data.ArrayLayout(unsigned(5), rows))
-        with m.If(mv_attn), m.Switch(layer_sel):  # row unit b reads KV bank b
-            for i in range(cfg.n_layers):
-                with m.Case(i):
-                    for b in range(attn_rows):
-                        with m.If(mv_mode == Mode.SCORES):
-                            m.d.comb += [codes_sel[b][j].eq(k_rd[i][b].data[j]) for j in range(lanes)]
-                        with m.Else():
-                            m.d.comb += [codes_sel[b][j].eq(v_rd[i][b].data[j]) for j in range(lanes)]
+        with m.If(mv_attn):  # row unit b reads KV bank b
+            for b in range(attn_rows):
+                with m.If(mv_mode == Mode.SCORES):
+                    m.d.comb += [codes_sel[b][j].eq(k_rd[b].data[j]) for j in range(lanes)]
+                with m.Else():
+                    m.d.comb += [codes_sel[b][j].eq(v_rd[b].data[j]) for j in range(lanes)]
         with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):  # A of the slot: int8 codes, no block shift
             for n, port in enumerate(a_rd):
                 with m.Case(n):
@@ -492,11 +499,8 @@ class Decoder(wiring.Component):
                              rk_wr.en.eq(took & (mv_mode == Mode.K))]
             with m.Case(Mode.V):  # transposed: row j of head g, column = position
                 m.d.comb += dest_ready.eq(1)
-                with m.Switch(layer_sel):
-                    for i in range(cfg.n_layers):
-                        with m.Case(i):
-                            self._bank_write(m, v_wr[i], row_out, (row_out // attn_rows) * c_ctx + position // lanes,
-                                             position % lanes, y8, took)
+                self._bank_write(m, v_wr, row_out, layer_sel * v_layer + (row_out // attn_rows) * c_ctx +
+                                 position // lanes, position % lanes, y8, took)
             with m.Case(Mode.RESID):
                 total = Signal(signed(18))
                 m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
@@ -515,11 +519,9 @@ class Decoder(wiring.Component):
                                 m.d.comb += [unit.i.payload.gate.eq(gate_rd.data), unit.i.payload.up.eq(y8)]
                             else:
                                 m.d.comb += unit.i.payload.eq(y8)
-            with m.Case(Mode.SCORES), m.Switch(layer_sel):
-                for i, sm in enumerate(softmaxes):
-                    with m.Case(i):
-                        m.d.comb += [sm.i.valid.eq(rescale.o.valid), dest_ready.eq(sm.i.ready),
-                                     sm.i.payload.score.eq(y), sm.i.payload.last.eq(row_out == mv_rows - 1)]
+            with m.Case(Mode.SCORES):
+                m.d.comb += [softmax.i.valid.eq(rescale.o.valid), dest_ready.eq(softmax.i.ready),
+                             softmax.i.payload.score.eq(y), softmax.i.payload.last.eq(row_out == mv_rows - 1)]
             with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
                 element = Signal(range(qdim))
                 m.d.comb += [dest_ready.eq(1), element.eq(head * hd + row_out),
@@ -738,16 +740,17 @@ class Decoder(wiring.Component):
                     with m.State(f"L{i}_H{h}_SCORES"):
                         m.d.sync += head.eq(h)
                         m.d.sync += start_mv(Mode.SCORES, rows=position + 1, chunks=hd // lanes, mode=Mode.SCORES,
-                                             src=Source.Q, code_base=(g * hd) // lanes, stride=c_kv,
+                                             src=Source.Q, code_base=i * k_layer + (g * hd) // lanes, stride=c_kv,
                                              act_base=(h * hd) // lanes)
                         m.next = f"L{i}_H{h}_SCORES_WAIT"
                     with m.State(f"L{i}_H{h}_SCORES_WAIT"), m.If(mv_done):
                         m.next = f"L{i}_H{h}_SOFTMAX"
-                    self._softmax_state(m, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV", softmaxes[i], wr["probs"], lanes)
+                    self._softmax_state(m, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV", softmax, wr["probs"], lanes)
                     nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < cfg.n_heads else f"L{i}_O"
                     with m.State(f"L{i}_H{h}_PV"):
                         m.d.sync += start_mv(Mode.PV, rows=hd, chunks=(position + lanes) // lanes, mode=Mode.PV,
-                                             src=Source.PROBS, code_base=g * hd // attn_rows * c_ctx, stride=c_ctx)
+                                             src=Source.PROBS, code_base=i * v_layer + g * hd // attn_rows * c_ctx,
+                                             stride=c_ctx)
                         m.next = f"L{i}_H{h}_PV_WAIT"
                     with m.State(f"L{i}_H{h}_PV_WAIT"), m.If(mv_done):
                         m.next = nxt
@@ -846,11 +849,9 @@ class Decoder(wiring.Component):
     def _k_write(self, m: Module, k_wr: list, layer_sel: Signal, position: Signal, el: object, val: object,
                  en: object, c_kv: int) -> None:
         """One element of k (after RoPE) into this layer's K cache at `position` (bank position % attn_rows)."""
-        with m.Switch(layer_sel):
-            for i, ports in enumerate(k_wr):
-                with m.Case(i):
-                    self._bank_write(m, ports, position, (position // self.attn_rows) * c_kv + el // self.lanes,
-                                     el % self.lanes, val, en)
+        k_layer = kv_layer_words(self.qm, self.plan)[0]
+        self._bank_write(m, k_wr, position, layer_sel * k_layer + (position // self.attn_rows) * c_kv +
+                         el // self.lanes, el % self.lanes, val, en)
 
     def _rope_writes(self, m: Module, lanes: int, c_kv: int, is_k: Signal, en: Signal, el: Signal, val: Signal,
                      q_wr: object, k_wr: list, layer_sel: Signal, position: Signal) -> None:

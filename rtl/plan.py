@@ -30,13 +30,29 @@ class HardwarePlan:
     storage: str = "rom"  # weights in "rom" (block RAM) or "logic" (constant gates)
     attention_rows: int | None = None  # rows for q.k and p.v (KV cache banks); None: all rows when they divide hd
     softmax_lanes: int = 1  # elements per cycle of the softmax's exponent and output passes: each lane has its own
-    #                         EXP table, which synthesis puts in a block RAM (one per lane and layer)
+    #                         EXP table, which synthesis puts in a block RAM (one per lane: all layers share the unit)
+    dsp_rows: int | None = None  # row units whose lane products are hard multipliers (DSP blocks); the rest multiply
+    #                              by shift-add in the fabric (rtl/mac_array.py). None: all of them
 
     @property
     def shape(self) -> str:
         """How messages name the engine: "4 rows x 16 lanes", "4 rows x 16 lanes, attention on 2"."""
         text = f"{self.rows} row{'s' if self.rows > 1 else ''} x {self.lanes} lanes"
-        return text if self.attention_rows is None else f"{text}, attention on {self.attention_rows}"
+        if self.attention_rows is not None:
+            text += f", attention on {self.attention_rows}"
+        if self.softmax_lanes > 1:
+            text += f", softmax on {self.softmax_lanes}"
+        return text if self.dsp_rows is None else f"{text}, {self.shift_add_rows} shift-add"
+
+    @property
+    def shift_add_rows(self) -> int:
+        """Row units that multiply in the fabric (the last ones: attention and LoRA use the first)."""
+        return 0 if self.dsp_rows is None else self.rows - self.dsp_rows
+
+    @property
+    def dsp_lanes(self) -> int:
+        """MAC lanes on hard multipliers: one DSP block each."""
+        return (self.rows - self.shift_add_rows) * self.lanes
 
     @property
     def macs_per_cycle(self) -> int:
@@ -67,7 +83,8 @@ class HardwarePlan:
 def plan_from_report(report: dict) -> HardwarePlan:
     """The plan a build folder was compiled with, from its report.json."""
     return HardwarePlan(rows=int(report["rows"]), lanes=int(report["lanes"]), storage=report["storage"],
-                        attention_rows=report.get("attention_rows"), softmax_lanes=int(report.get("softmax_lanes", 1)))
+                        attention_rows=report.get("attention_rows"), softmax_lanes=int(report.get("softmax_lanes", 1)),
+                        dsp_rows=report.get("dsp_rows"))
 
 
 @dataclass(frozen=True)
@@ -178,6 +195,14 @@ def weight_formats(qm: QModel) -> dict[tuple[str, int], list[str]]:
     return formats
 
 
+def row_code_bits(qm: QModel, plan: HardwarePlan, row: int) -> int:
+    """Width of the signed codes row unit `row` multiplies: 8 on the attention rows (int8 K and V, and LoRA A on row
+    0), else the widest decoded weight code (int: its bits; MXFP4: E2M1 x 2 reaches 12, 5 bits)."""
+    if row < plan.attn_rows(qm.config.head_dim):
+        return KV_BITS
+    return max(5 if scheme == "mxfp4" else bits for scheme, bits in weight_formats(qm))
+
+
 def word_bits(plan: HardwarePlan, code_bits: int, scheme: str) -> int:
     """A stored weight word: `lanes` codes, plus the 5-bit block shift of an MXFP4 word (rtl/weight_store.py)."""
     return plan.lanes * code_bits + (5 if scheme == "mxfp4" else 0)
@@ -200,14 +225,19 @@ def weight_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, i
     return shapes
 
 
+def kv_layer_words(qm: QModel, plan: HardwarePlan) -> tuple[int, int]:
+    """Words one layer's K and transposed-V cache take in each of the `attn_rows` banks (layers follow each other)."""
+    attn, kvdim = plan.attn_rows(qm.config.head_dim), qm.config.n_kv_heads * qm.config.head_dim
+    return -(-qm.context // attn) * (kvdim // plan.lanes), kvdim // attn * plan.chunks(qm.context)
+
+
 def kv_bank_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
-    """(name, depth in words, word bits) of the K and transposed V cache banks of every layer."""
-    cfg = qm.config
-    attn = plan.attn_rows(cfg.head_dim)
-    kvdim = cfg.n_kv_heads * cfg.head_dim
+    """(name, depth in words, word bits) of the K and transposed V cache banks: one pair per attention row, holding
+    every layer (one layer reads at a time, so sharing the port costs nothing and keeps the banks full width)."""
+    k_layer, v_layer = kv_layer_words(qm, plan)
+    layers = qm.config.n_layers
     shapes = []
-    for i in range(cfg.n_layers):
-        for b in range(attn):
-            shapes.append((f"kcache{i}_{b}", -(-qm.context // attn) * (kvdim // plan.lanes), plan.lanes * KV_BITS))
-            shapes.append((f"vcache{i}_{b}", kvdim // attn * plan.chunks(qm.context), plan.lanes * KV_BITS))
+    for b in range(plan.attn_rows(qm.config.head_dim)):
+        shapes.append((f"kcache{b}", layers * k_layer, plan.lanes * KV_BITS))
+        shapes.append((f"vcache{b}", layers * v_layer, plan.lanes * KV_BITS))
     return shapes

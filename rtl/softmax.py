@@ -22,12 +22,19 @@ probabilities is taken w + 24 cycles after the row's last score was accepted, th
 Backpressure stalls OUT only; EXP of the next row waits until the read port no longer holds a
 probability-to-be.
 
+One unit serves several sites (a decoder's layers, whose scales differ): `sm_mult` and
+`sm_shift` may be lists, one entry per site, and the `site` input chooses the row's
+constants (held from a row's first score to its last probability). The multiply is then by
+a selected constant, and the shift a choice among the sites' distinct shifts.
+
 A row longer than max_len keeps its first max_len scores: the extra ones are accepted and
 dropped (the row still ends at `last`, and gives max_len probabilities), and the sticky
 `overflow` output is set until reset.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -67,16 +74,24 @@ class Softmax(wiring.Component):
     lanes past the row's end are 0. The exponent and output passes handle a word per cycle.
     """
 
-    def __init__(self, max_len: int, sm_mult: int, sm_shift: int, score_bits: int = 32, lanes: int = 1) -> None:
+    def __init__(self, max_len: int, sm_mult: int | Sequence[int], sm_shift: int | Sequence[int], score_bits: int = 32,
+                 lanes: int = 1) -> None:
         if max_len < 1:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise ValueError(f"max_len must be at least 1, got {max_len}")
-        if not 1 <= sm_mult < 1 << MULT_BITS:
+        mults = [sm_mult] if isinstance(sm_mult, int) else list(sm_mult)
+        shifts = [sm_shift] if isinstance(sm_shift, int) else list(sm_shift)
+        if not mults or len(mults) != len(shifts):
             self._MustUse__silence = True
-            raise ValueError(f"sm_mult must be between 1 and {(1 << MULT_BITS) - 1}, got {sm_mult}")
-        if not 1 <= sm_shift <= MAX_SHIFT:
-            self._MustUse__silence = True
-            raise ValueError(f"sm_shift must be between 1 and {MAX_SHIFT}, got {sm_shift}")
+            raise ValueError(f"sm_mult and sm_shift must give one value per site, got {len(mults)} and {len(shifts)}")
+        for mult in mults:
+            if not 1 <= mult < 1 << MULT_BITS:
+                self._MustUse__silence = True
+                raise ValueError(f"sm_mult must be between 1 and {(1 << MULT_BITS) - 1}, got {mult}")
+        for shift in shifts:
+            if not 1 <= shift <= MAX_SHIFT:
+                self._MustUse__silence = True
+                raise ValueError(f"sm_shift must be between 1 and {MAX_SHIFT}, got {shift}")
         if not 1 <= score_bits <= 64:
             self._MustUse__silence = True
             raise ValueError(f"score_bits must be between 1 and 64, got {score_bits}")
@@ -86,9 +101,11 @@ class Softmax(wiring.Component):
         self.max_len = max_len
         self.sm_mult = sm_mult
         self.sm_shift = sm_shift
+        self.sites = list(zip(mults, shifts, strict=True))  # (mult, shift) per site
         self.score_bits = score_bits
         self.lanes = lanes
         super().__init__({
+            "site": In(range(max(2, len(self.sites)))),  # whose constants this row uses (ignored with one site)
             "i": In(stream.Signature(score_layout(score_bits))),
             "o": Out(stream.Signature(prob_layout(lanes))),
             "overflow": Out(1),  # sticky: some row had more than max_len scores
@@ -150,8 +167,15 @@ class Softmax(wiring.Component):
         exp_issue = Signal()
         wr_addr = Signal(range(words + 1))  # next word of e to write
         v1, v2, v3 = Signal(), Signal(), Signal()
-        saturate_at = saturating_delta(self.sm_mult, self.sm_shift)
-        delta_bits = min(sb, max(1, (saturate_at - 1).bit_length()))  # the deltas below saturation
+        # best - score < 2**sb: a larger saturating delta never comes, so it is held at 2**sb
+        saturating = [min(saturating_delta(mult, shift), 1 << sb) for mult, shift in self.sites]
+        delta_bits = min(sb, max(1, (max(saturating) - 1).bit_length()))  # the deltas below saturation
+        shifts = sorted({shift for _, shift in self.sites})
+        mult, shift, saturate_at = Signal(MULT_BITS), Signal(range(MAX_SHIFT + 1)), Signal(range(max(saturating) + 1))
+        with m.Switch(self.site if len(self.sites) > 1 else 0):  # this row's constants
+            for index, ((site_mult, site_shift), site_saturation) in enumerate(zip(self.sites, saturating, strict=True)):
+                with m.Case(index):
+                    m.d.comb += [mult.eq(site_mult), shift.eq(site_shift), saturate_at.eq(site_saturation)]
         live = Signal(lanes)  # v3: which lanes of the word hold scores of this row
         live1, live2 = Signal(lanes), Signal(lanes)
         e_sum = 0
@@ -159,19 +183,21 @@ class Softmax(wiring.Component):
             delta = Signal(sb, name=f"delta{k}")  # best - score >= 0, < 2**score_bits
             saturated = Signal(name=f"saturated{k}")
             scaled = Signal(delta_bits + MULT_BITS, name=f"scaled{k}")  # delta * sm_mult, below saturation
-            scaled_bits = max(delta_bits + MULT_BITS, self.sm_shift) + 1
+            scaled_bits = max(delta_bits + MULT_BITS, max(shifts)) + 1
             biased = Signal(scaled_bits, name=f"biased{k}")  # + 2**(sm_shift - 1)
-            shifted = Signal(scaled_bits - self.sm_shift, name=f"shifted{k}")
+            shifted = Signal(scaled_bits - min(shifts), name=f"shifted{k}")
             z = Signal(8, name=f"z{k}")
+            with m.Switch(shift):
+                for s in shifts:
+                    with m.Case(s):
+                        m.d.comb += [biased.eq(scaled + (1 << (s - 1))), shifted.eq(biased[s:])]
             m.d.comb += [
                 delta.eq(best - rd.data[k][:sb].as_signed()),
-                biased.eq(scaled + (1 << (self.sm_shift - 1))),
-                shifted.eq(biased[self.sm_shift:]),
                 z.eq(Mux(saturated | (shifted > Z_MAX), Z_MAX, shifted)),
                 exp_z[k].eq(z),
                 wr.data[k].eq(Mux(live[k], exp_e[k], 0)),  # lanes past the row's end: e = 0, so p = 0
             ]
-            m.d.sync += [scaled.eq(delta[:delta_bits] * self.sm_mult), saturated.eq(delta >= saturate_at)]
+            m.d.sync += [scaled.eq(delta[:delta_bits] * mult), saturated.eq(delta >= saturate_at)]
             e_sum = e_sum + Mux(live[k], exp_e[k], 0)
         m.d.comb += [wr.addr.eq(wr_addr), rd.en.eq(0)]  # held unless a state reads (its init is 1)
         first_lane = exp_addr * lanes

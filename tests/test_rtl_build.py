@@ -85,9 +85,41 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
     plan, fit, cycles = choose_plan(qm, ULX3S_85F, "rom")
     assert f"sized for the ULX3S-85F: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token" in out
     saved = json.loads((tmp_path / "b" / "report.json").read_text())
-    assert (saved["rows"], saved["lanes"], saved["attention_rows"]) == (plan.rows, plan.lanes, plan.attention_rows)
+    assert (saved["rows"], saved["lanes"], saved["attention_rows"], saved["dsp_rows"], saved["softmax_lanes"]) == \
+        (plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows, plan.softmax_lanes)
     assert plan.macs_per_cycle > 8 and not fit.problems()  # wider than the default engine, and it fits
     with pytest.raises(SystemExit) as exit_info:  # argparse refuses it before anything runs
         main(["compile", str(path), "--rows", "three", "-o", str(tmp_path / "c")])
     assert exit_info.value.code == 2
     assert "expected a power of two or 'auto', got 'three'" in capsys.readouterr().err
+
+
+def test_fit_counts_dsp_and_shift_add_lanes():
+    """MAC lanes on DSP blocks count against the part's multipliers; the shift-add rows' LUTs against a share of
+    its LUT4s; --rows auto moves the rows beyond the multipliers to shift-add."""
+    from random_ir import random_ir
+
+    from hardwire.boards.parts import OTHER_DSPS, SHIFT_ADD_LUT4_PER_LANE, ULX3S_85F, choose_plan, estimate_model
+    from hardwire.quant.quantize import quantize
+    from hardwire.rtl.plan import HardwarePlan, weight_formats
+
+    qm = quantize(random_ir(family="llama", d=32, heads=2, kv_heads=2, ffn=48, vocab=40, context=32, layers=1),
+                  "mixed36", context=32)
+    assert max(bits for _, bits in weight_formats(qm)) == 6
+    all_dsp = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=2), label="x")
+    assert (all_dsp.dsp_lanes, all_dsp.shift_add_luts) == (128, 0)
+    assert all_dsp.problems() == [f"x needs about {128 + OTHER_DSPS} MULT18X18D (128 MAC lanes and about {OTHER_DSPS} "
+                                  f"for the rest), the ULX3S-85F has 156; put fewer rows on DSPs (--dsp-rows "
+                                  f"{(156 - OTHER_DSPS) // 16} or fewer)"]
+    mixed = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=2, dsp_rows=6), label="x")
+    assert (mixed.dsp_lanes, mixed.shift_add_luts) == (96, 2 * 16 * SHIFT_ADD_LUT4_PER_LANE[6])  # 6-bit weights only
+    assert mixed.problems() == []
+    attention = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=8, dsp_rows=6), label="x")
+    assert attention.shift_add_luts == 2 * 16 * SHIFT_ADD_LUT4_PER_LANE[8]  # rows that read the int8 KV cache
+    huge = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=64, lanes=16, attention_rows=1, dsp_rows=0), label="x")
+    luts = 63 * 16 * SHIFT_ADD_LUT4_PER_LANE[6] + 16 * SHIFT_ADD_LUT4_PER_LANE[8]
+    assert f"x needs about {luts:,} LUT4s for its shift-add MAC lanes, more than the 25% of the ULX3S-85F's 83,640 " \
+           f"that the rest of the decoder leaves them; use fewer rows or lanes" in huge.problems()
+    plan, fit, _ = choose_plan(qm, ULX3S_85F, "rom")
+    assert fit.dsp_lanes + OTHER_DSPS <= 156 and not fit.problems()
+    assert plan.dsp_rows is None or plan.dsp_rows == (156 - OTHER_DSPS) // plan.lanes

@@ -39,12 +39,14 @@ def reference_outputs(qm, feed: list[tuple[int, bool]], generate: int) -> list[i
 @pytest.mark.parametrize("family,scheme,rows,lanes,storage,options", [
     ("llama", "int8", 1, 4, "rom", {}),
     ("gpt2", "int8", 4, 2, "logic", {"softmax_lanes": 2}),
-    ("llama", "mixed36", 2, 8, "rom", {"softmax_lanes": 4}),
-    ("llama", "int8", 8, 2, "rom", {"attention_rows": 2}),
+    ("llama", "mixed36", 2, 8, "rom", {"softmax_lanes": 4, "attention_rows": 1, "dsp_rows": 1}),
+    ("llama", "int8", 8, 2, "rom", {"attention_rows": 2, "dsp_rows": 0}),
 ])
 def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options):
-    """rows 2 and 4 divide the head width 8 (attention on all rows); one case runs attention on 2 of its 8 rows;
-    two run the softmax's passes on several lanes. (MXFP4 and attention on one of 16 rows: the cocotb cycle test.)"""
+    """rows 4 divides the head width 8 (attention on all rows); the others run attention on 1 of 2 and 2 of 8 rows;
+    two run the softmax's passes on several lanes; the last two multiply by shift-add on some rows: 6-bit mixed36
+    codes on row 1 of 2, and every row of 8 (8-bit codes, K and V included). (MXFP4 and attention on one of 16
+    rows: the cocotb cycle test.)"""
     qm = _qmodel(family, scheme)
     dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
     feed = [(3, True), (7, False), (1, False)]
@@ -73,6 +75,14 @@ def test_decoder_rejects_softmax_lanes_it_cannot_use():
         with pytest.raises(ValueError, match=rf"^softmax lanes must be a power of two that divides lanes \(4\), got "
                                              rf"{softmax_lanes}$"):
             Decoder(qm, lanes=4, softmax_lanes=softmax_lanes)
+
+
+def test_decoder_rejects_dsp_rows_it_cannot_use():
+    qm = _qmodel("llama", "int8")
+    for dsp_rows in (-1, 5, True):
+        with pytest.raises(ValueError, match=rf"^DSP rows must be None \(all\) or a count from 0 to rows \(4\), got "
+                                             rf"{dsp_rows!r}$"):
+            Decoder(qm, rows=4, lanes=4, dsp_rows=dsp_rows)
 
 
 def test_decoder_rejects_lanes_it_cannot_use():

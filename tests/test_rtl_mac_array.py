@@ -13,34 +13,35 @@ from rtl_sim import receive, run, send
 
 from hardwire.quant.blocks import matvec
 from hardwire.quant.weights import quantize_int, quantize_mxfp4
-from hardwire.rtl.mac_array import LATENCY, MacArray
+from hardwire.rtl.mac_array import LATENCY, MULTIPLIERS, MacArray
 from hardwire.rtl.weight_store import WeightStore
 
 
-def _max_shift(lanes: int, act_bits: int, acc_bits: int, words: int = 5) -> int:
+def _max_shift(lanes: int, act_bits: int, acc_bits: int, words: int = 5, code_bits: int = 8) -> int:
     """Largest shift (<= 24) at which a row of `words` worst-case words still fits the accumulator."""
-    worst_word = lanes << (act_bits + 6)  # lanes * |-128| * |-2**(act_bits-1)|
+    worst_word = lanes << (act_bits + code_bits - 2)  # lanes * |-2**(code_bits-1)| * |-2**(act_bits-1)|
     s = 24
     while words * (worst_word << s) > (1 << (acc_bits - 1)) - 1:
         s -= 1
     return s
 
 
-def _rows(lanes: int, act_bits: int, acc_bits: int, n_rows: int, rng: random.Random) -> list[list[dict]]:
+def _rows(lanes: int, act_bits: int, acc_bits: int, n_rows: int, rng: random.Random, code_bits: int = 8) -> list[list[dict]]:
     """Rows of 1..5 words: random, or extreme codes and activations (about one word in three), shifts 0..max."""
     lo, hi = -(1 << (act_bits - 1)), (1 << (act_bits - 1)) - 1
-    top = _max_shift(lanes, act_bits, acc_bits)
+    c_lo, c_hi = -(1 << (code_bits - 1)), (1 << (code_bits - 1)) - 1
+    top = _max_shift(lanes, act_bits, acc_bits, code_bits=code_bits)
     rows = []
     for _ in range(n_rows):
         n = rng.randint(1, 5)
         row = []
         for k in range(n):
             if rng.random() < 0.35:
-                codes = [rng.choice((-128, 127)) for _ in range(lanes)]
+                codes = [rng.choice((c_lo, c_hi)) for _ in range(lanes)]
                 acts = [rng.choice((lo, hi)) for _ in range(lanes)]
                 shift = rng.choice((0, top))
             else:
-                codes = [rng.randint(-128, 127) for _ in range(lanes)]
+                codes = [rng.randint(c_lo, c_hi) for _ in range(lanes)]
                 acts = [rng.randint(lo, hi) for _ in range(lanes)]
                 shift = rng.randint(0, top)
             row.append({"codes": codes, "shift": shift, "acts": acts, "first": k == 0, "last": k == n - 1})
@@ -52,16 +53,20 @@ def _row_sum(row: list[dict]) -> int:
     return sum(sum(c * a for c, a in zip(w["codes"], w["acts"], strict=True)) << w["shift"] for w in row)
 
 
-@pytest.mark.parametrize("lanes,act_bits,acc_bits", [(1, 16, 48), (2, 8, 48), (4, 16, 64), (8, 16, 48), (16, 12, 40)])
-def test_mac_array_matches_exact_sums(lanes, act_bits, acc_bits):
-    rng = random.Random(lanes * 100 + act_bits)
-    rows = _rows(lanes, act_bits, acc_bits, 60, rng)
-    top = _max_shift(lanes, act_bits, acc_bits)
-    rows.append([{"codes": [-128] * lanes, "shift": top, "acts": [-(1 << (act_bits - 1))] * lanes,
-                  "first": k == 0, "last": k == 4} for k in range(5)])  # the worst case: +5 * lanes * 2**(act_bits+6+top)
+@pytest.mark.parametrize("lanes,act_bits,acc_bits,code_bits,multiplier", [
+    (1, 16, 48, 8, "dsp"), (2, 8, 48, 8, "dsp"), (4, 16, 64, 8, "dsp"), (8, 16, 48, 8, "dsp"), (16, 12, 40, 8, "dsp"),
+    (4, 8, 48, 6, "dsp"), (2, 16, 48, 8, "shift_add"), (8, 8, 40, 6, "shift_add"), (16, 8, 48, 3, "shift_add"),
+    (4, 16, 48, 5, "shift_add"),
+])
+def test_mac_array_matches_exact_sums(lanes, act_bits, acc_bits, code_bits, multiplier):
+    rng = random.Random(f"{lanes}{act_bits}{code_bits}{multiplier}")
+    rows = _rows(lanes, act_bits, acc_bits, 60, rng, code_bits)
+    top = _max_shift(lanes, act_bits, acc_bits, code_bits=code_bits)
+    rows.append([{"codes": [-(1 << (code_bits - 1))] * lanes, "shift": top, "acts": [-(1 << (act_bits - 1))] * lanes,
+                  "first": k == 0, "last": k == 4} for k in range(5)])  # the worst case: the largest positive sum
     want = [_row_sum(row) for row in rows]
     assert top == 24 or max(want) >= 1 << (acc_bits - 5)  # either every shift is covered or the sums near the top
-    dut = MacArray(lanes, act_bits, acc_bits)
+    dut = MacArray(lanes, act_bits, acc_bits, code_bits=code_bits, multiplier=multiplier)
     got: list[int] = []
 
     async def producer(ctx):
@@ -72,6 +77,27 @@ def test_mac_array_matches_exact_sums(lanes, act_bits, acc_bits):
 
     run(dut, producer, consumer)
     assert got == want
+
+
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+@pytest.mark.parametrize("code_bits", [3, 6, 8])
+def test_mac_array_products_of_every_code(code_bits, multiplier):
+    """Every code of the width against the activation's edges and a few random values, one product per row."""
+    rng = random.Random(code_bits)
+    acts = [-128, -127, -1, 0, 1, 127, *(rng.randint(-128, 127) for _ in range(3))]
+    words = [{"codes": [c, -c - 1], "shift": 0, "acts": [a, a], "first": 1, "last": 1}
+             for c in range(-(1 << (code_bits - 1)), 1 << (code_bits - 1)) for a in acts]
+    dut = MacArray(2, 8, 24, code_bits=code_bits, multiplier=multiplier)
+    got: list[int] = []
+
+    async def producer(ctx):
+        await send(ctx, dut.i, words)
+
+    async def consumer(ctx):
+        got.extend(await receive(ctx, dut.o, len(words), rng))
+
+    run(dut, producer, consumer)
+    assert got == [w["codes"][0] * w["acts"][0] + w["codes"][1] * w["acts"][1] for w in words]
 
 
 def test_mac_array_shifts_reach_24_with_default_widths():
@@ -131,10 +157,13 @@ def test_mac_array_latency():
     ((128,), r"lanes must be a power of two between 1 and 64, got 128"),
     ((4, 1), r"act_bits must be between 2 and 32, got 1"),
     ((4, 16, 80), r"acc_bits must be between 16 and 64, got 80"),
+    ((4, 8, 48, 1), r"code_bits must be between 2 and 8, got 1"),
+    ((4, 8, 48, 9), r"code_bits must be between 2 and 8, got 9"),
+    ((4, 8, 48, 8, "booth"), r"multiplier must be one of dsp, shift_add, got 'booth'"),
 ])
 def test_mac_array_rejects_bad_widths(args, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
-        MacArray(*args)
+        MacArray(*args[:3], **dict(zip(("code_bits", "multiplier"), args[3:], strict=False)))
 
 
 class _Engine(Elaboratable):

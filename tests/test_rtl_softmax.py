@@ -99,6 +99,34 @@ def test_softmax_random_rows(max_len, seed, lanes):
         check(dut, rows, rng, idle=0.25, stall=0.4)
 
 
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_softmax_sites_use_their_own_constants(lanes):
+    """One unit for several sites (a decoder's layers): each row is exact with the constants its `site` selects,
+    whose shifts differ; rows of the three sites follow each other in random order."""
+    rng = random.Random(lanes)
+    scales = (1e-3, 1.7e-2, 1e-1)
+    sites = [multiplier(scale) for scale in scales]
+    assert len({shift for _, shift in sites}) == 3
+    dut = Softmax(12, [m for m, _ in sites], [s for _, s in sites], lanes=lanes)
+    order = [rng.randrange(3) for _ in range(9)]
+    rows = []
+    for site in order:
+        spread = round(160 / scales[site])
+        rows.append([rng.randint(-spread, spread) for _ in range(rng.randint(1, 12))])
+    got: list[list[int]] = []
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        for site, row in zip(order, rows, strict=True):
+            ctx.set(dut.site, site)  # held until the row's probabilities are out
+            await send(ctx, dut.i, [{"score": s, "last": int(t == len(row) - 1)} for t, s in enumerate(row)], rng)
+            words = await receive(ctx, dut.o, -(-len(row) // lanes), rng, stall=0.3)
+            got.append([int(p) for word in words for p in word.probs][:len(row)])
+
+    run(dut, tb)
+    assert got == [reference(row, *sites[site]) for site, row in zip(order, rows, strict=True)]
+
+
 def test_softmax_extreme_scores():
     """The ends of int32: the largest delta (2**32 - 1) at the largest multiplier saturates z; a vanishing
     multiplier makes every z = 0."""
@@ -165,6 +193,8 @@ def test_softmax_rejects_bad_arguments():
         ((8, 1 << 15, 20), "sm_mult must be between 1 and 32767, got 32768"),
         ((8, 1 << 14, 0), "sm_shift must be between 1 and 62, got 0"),
         ((8, 1 << 14, 63), "sm_shift must be between 1 and 62, got 63"),
+        ((8, [1 << 14, 1 << 13], [20]), "sm_mult and sm_shift must give one value per site, got 2 and 1"),
+        ((8, [1 << 14, 0], [20, 21]), "sm_mult must be between 1 and 32767, got 0"),
     ]:
         with pytest.raises(ValueError, match=f"^{message}$"):
             Softmax(*args)
