@@ -59,7 +59,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"quantising ({args.quant}) ...", flush=True)
     qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
     rows, lanes, attention_rows, dsp_rows = args.rows, args.lanes, args.attention_rows, args.dsp_rows
-    softmax_lanes = args.softmax_lanes
+    softmax_lanes, epilogue_lanes = args.softmax_lanes, args.epilogue_lanes
     if args.rows == "auto":  # the engine shape sized by the board's block RAM and multipliers
         from .boards.parts import choose_plan, part
 
@@ -68,10 +68,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"sized for the {board.title}: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token "
               f"at position {qm.context // 2}; {fit.summary()}")
         rows, lanes, attention_rows, dsp_rows = plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows
-        softmax_lanes = plan.softmax_lanes
+        softmax_lanes, epilogue_lanes = plan.softmax_lanes, plan.epilogue_lanes
     try:
         report = compile_to(qm, args.out, rows=rows, lanes=lanes, attention_rows=attention_rows, storage=args.weights,
-                            dsp_rows=dsp_rows, softmax_lanes=softmax_lanes, vocab=ir.vocab)
+                            dsp_rows=dsp_rows, softmax_lanes=softmax_lanes, epilogue_lanes=epilogue_lanes,
+                            vocab=ir.vocab)
     except ValueError as err:  # an engine shape the decoder refuses: its message says what is accepted
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
@@ -256,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--dsp-rows", type=int, default=None,
                       help="row units whose multipliers are DSP blocks; the others multiply by shift-add in the "
                            "fabric (default: all rows on DSPs; --rows auto chooses)")
+    comp.add_argument("--epilogue-lanes", type=int, default=1,
+                      help="output rows per cycle through bias, rescale and destination, a power of two dividing "
+                           "--rows and --lanes (default 1; V, attention and LoRA-adapted projections take one; "
+                           "--rows auto chooses)")
     comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
                       help="rom: memories with init (block RAM); logic: constant tables (gates)")
     comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")

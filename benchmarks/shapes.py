@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/shapes.py [--model M.onnx] [--quant mixed36] [--board ulx3s]
                                           [--configs 4x16/2,8x16/4:s4:d6] [--auto]
 
-A configuration is speed.py's ROWSxLANES[/ATTENTION_ROWS][:sSOFTMAX_LANES][:dDSP_ROWS]. For
+A configuration is speed.py's ROWSxLANES[/ATTENTION_ROWS][:sSOFTMAX_LANES][:dDSP_ROWS][:eEPILOGUE_LANES]. For
 each: cycles per token at positions 6, the middle and the end of the context (and the ratio to
-the MAC bound), the latency floor, and the block RAMs, MULT18X18D and shift-add LUT4s the fit
+the MAC bound), the latency floor, and the block RAMs, MULT18X18D and shift-add and epilogue LUT4s the fit
 check estimates, with what does not fit. `--auto` adds the shape `--rows auto` chooses. The
 cycle figures are the schedule that a cocotb test holds equal to the simulated cycles; the
 resources are estimates (speed.py and `hardwire build` measure them).
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from speed import parse_config  # noqa: E402
 
-from hardwire.boards.parts import OTHER_DSPS, choose_plan, estimate_model, part  # noqa: E402
+from hardwire.boards.parts import choose_plan, estimate_model, part  # noqa: E402
 from hardwire.cli import BUNDLED_MODEL  # noqa: E402
 from hardwire.frontend import load  # noqa: E402
 from hardwire.quant.quantize import quantize  # noqa: E402
@@ -48,7 +48,7 @@ def main() -> int:
         plans.append(choose_plan(qm, board, "rom")[0])
     positions = (6, qm.context // 2, qm.context - 1)
     print(f"| shape | MACs/cycle | {' | '.join(f'position {p}' for p in positions)} | latency floor | "
-          f"{board.bram_name} | {board.dsp_name} | shift-add LUT4 | fits the {board.title} |")
+          f"{board.bram_name} | {board.dsp_name} | shift-add + epilogue LUT4 | fits the {board.title} |")
     print("|---" * (7 + len(positions)) + "|")
     for plan in plans:
         cells = []
@@ -62,7 +62,7 @@ def main() -> int:
             if any(word in problem for problem in problems))
         print(f"| {plan.shape} | {plan.macs_per_cycle} | {' | '.join(cells)} | "
               f"{latency_floor_cycles(qm, plan, positions[1]):,} | {fit.blocks} of {board.bram_blocks} | "
-              f"{fit.dsp_lanes} + ~{OTHER_DSPS} of {board.dsps} | {fit.shift_add_luts:,} | {verdict} |")
+              f"{fit.dsp_lanes} + ~{fit.other_dsps} of {board.dsps} | {fit.extra_luts:,} | {verdict} |")
     return 0
 
 

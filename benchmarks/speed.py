@@ -45,19 +45,20 @@ def _digest(path: Path) -> str | None:
 
 
 def parse_config(text: str) -> HardwarePlan:
-    """ROWSxLANES[/ATTENTION_ROWS][:sSOFTMAX_LANES][:dDSP_ROWS], e.g. 4x16/2 or 8x16/4:s4:d6."""
+    """ROWSxLANES[/ATTENTION_ROWS][:sSOFTMAX_LANES][:dDSP_ROWS][:eEPILOGUE_LANES], e.g. 4x16/2 or 8x16/4:s4:d6:e2."""
     shape, *options = text.split(":")
     shape, _, attention = shape.partition("/")
     rows, _, lanes = shape.partition("x")
-    extra = {"s": 1, "d": None} | {option[0]: int(option[1:]) for option in options}
+    extra = {"s": 1, "d": None, "e": 1} | {option[0]: int(option[1:]) for option in options}
     return HardwarePlan(rows=int(rows), lanes=int(lanes), attention_rows=int(attention) if attention else None,
-                        softmax_lanes=extra["s"], dsp_rows=extra["d"])
+                        softmax_lanes=extra["s"], dsp_rows=extra["d"], epilogue_lanes=extra["e"])
 
 
 def label(plan: HardwarePlan) -> str:
     return (f"{plan.rows}x{plan.lanes}" + (f"/{plan.attention_rows}" if plan.attention_rows is not None else "") +
             (f":s{plan.softmax_lanes}" if plan.softmax_lanes > 1 else "") +
-            (f":d{plan.dsp_rows}" if plan.dsp_rows is not None else ""))
+            (f":d{plan.dsp_rows}" if plan.dsp_rows is not None else "") +
+            (f":e{plan.epilogue_lanes}" if plan.epilogue_lanes > 1 else ""))
 
 
 def sweep_point(ir: object, qm: object, plan: HardwarePlan, args: argparse.Namespace, log: object) -> dict:
@@ -67,7 +68,8 @@ def sweep_point(ir: object, qm: object, plan: HardwarePlan, args: argparse.Names
     before = _digest(build / "decoder.v")
     start = time.time()
     report = compile_to(qm, build, rows=plan.rows, lanes=plan.lanes, attention_rows=plan.attention_rows,
-                        dsp_rows=plan.dsp_rows, softmax_lanes=plan.softmax_lanes, storage=args.weights, vocab=ir.vocab,
+                        dsp_rows=plan.dsp_rows, softmax_lanes=plan.softmax_lanes, epilogue_lanes=plan.epilogue_lanes,
+                        storage=args.weights, vocab=ir.vocab,
                         progress=False)
     stages = {"generate_verilog_s": round(time.time() - start, 1)}
     log(f"  {name}: Verilog in {stages['generate_verilog_s']} s; simulating {args.tokens} tokens ...")
@@ -78,7 +80,7 @@ def sweep_point(ir: object, qm: object, plan: HardwarePlan, args: argparse.Names
     stages |= {"verilator_build_s": sim.build_seconds, "simulation_s": sim.run_seconds}
     fed = len(sim.cycles)
     plan = HardwarePlan(rows=plan.rows, lanes=plan.lanes, storage=args.weights, attention_rows=plan.attention_rows,
-                        softmax_lanes=plan.softmax_lanes, dsp_rows=plan.dsp_rows)
+                        softmax_lanes=plan.softmax_lanes, dsp_rows=plan.dsp_rows, epilogue_lanes=plan.epilogue_lanes)
     estimates = [cycles_per_token_estimate(qm, plan, p) for p in range(fed)]
     at64 = min(64, qm.context - 1)
     row = {"config": name, "rows": plan.rows, "lanes": plan.lanes, "macs_per_cycle": plan.macs_per_cycle,

@@ -46,13 +46,13 @@ class BoardCore(wiring.Component):
 
     def __init__(self, qm: QModel, *, lanes: int, storage: str, clk_hz: int, baud: int, rows: int = 1,
                  attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None,
-                 timeout_bytes: int = 32) -> None:
+                 epilogue_lanes: int = 1, timeout_bytes: int = 32) -> None:
         try:
             self.divisor = clocks_per_bit(clk_hz, baud)
             if not isinstance(timeout_bytes, int) or timeout_bytes < 1:
                 raise ValueError(f"timeout_bytes must be a positive integer, got {timeout_bytes!r}")
             self.decoder = Decoder(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                                   softmax_lanes=softmax_lanes, dsp_rows=dsp_rows)
+                                   softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
         except ValueError:
             self._MustUse__silence = True
             raise

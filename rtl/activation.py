@@ -1,8 +1,9 @@
 """Activation tables of the MLP (docs/numerics.md §3, §7): GELU lookup and the SwiGLU product.
 
 Both index a 256-entry int8 ROM by an int8 code + 128 (`blocks.lookup`); + 128 on an int8 is
-just the sign bit inverted. The ROM reads synchronously, so the lookup costs one pipeline
-stage; the whole pipeline stalls when the output is not taken.
+just the sign bit inverted. A unit may hold several tables (one per layer: `site` picks one, the
+ROM holds them one after another), so that one unit per lane serves every layer. The ROM reads
+synchronously, so the lookup costs one pipeline stage; the whole pipeline stalls when the output is not taken.
 """
 
 from __future__ import annotations
@@ -42,12 +43,23 @@ def _entries(name: str, table: torch.Tensor | Sequence[int]) -> list[int]:
     return entries
 
 
-def _checked(component: wiring.Component, name: str, table: torch.Tensor | Sequence[int]) -> list[int]:
+def _checked(component: wiring.Component, name: str, tables: Sequence[torch.Tensor | Sequence[int]]) -> list[int]:
+    """The tables one after another (site s at s * 256), each checked."""
     try:
-        return _entries(name, table)
+        if not tables:
+            raise ValueError(f"{name}: at least one table is needed")
+        entries = []
+        for index, table in enumerate(tables):
+            entries += _entries(name if len(tables) == 1 else f"{name} {index}", table)
+        return entries
     except ValueError:
         component._MustUse__silence = True  # a refused component is not an unused one
         raise
+
+
+def _site_index(code: Value, site: Value, sites: int) -> Value:
+    """The ROM address of `code` in table `site`."""
+    return Cat(_index(code), site) if sites > 1 else _index(code)
 
 
 def _index(code: Value) -> Value:
@@ -58,21 +70,24 @@ def _index(code: Value) -> Value:
 class TableLookup(wiring.Component):
     """Stream of int8 codes in, stream of table[code + 128] out (GELU, `blocks.lookup`). Latency 1."""
 
-    def __init__(self, table: torch.Tensor | Sequence[int]) -> None:
-        self._table = _checked(self, "table", table)
+    def __init__(self, *tables: torch.Tensor | Sequence[int]) -> None:
+        self._table = _checked(self, "table", tables)
+        self.sites = len(tables)
         super().__init__({
             "i": In(stream.Signature(signed(8))),
+            "site": In(range(max(2, self.sites))),  # which table; holds while a value is in flight
             "o": Out(stream.Signature(signed(8))),
         })
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
-        m.submodules.rom = rom = Memory(shape=signed(8), depth=TABLE_ENTRIES, init=self._table)
+        m.submodules.rom = rom = Memory(shape=signed(8), depth=len(self._table), init=self._table)
         rd = rom.read_port()
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         # stage 1: the ROM's output register is the output payload
-        m.d.comb += [rd.addr.eq(_index(self.i.payload)), rd.en.eq(advance), self.o.payload.eq(rd.data)]
+        m.d.comb += [rd.addr.eq(_site_index(self.i.payload, self.site, self.sites)), rd.en.eq(advance),
+                     self.o.payload.eq(rd.data)]
         with m.If(advance):
             m.d.sync += self.o.valid.eq(self.i.valid)
         return m
@@ -81,21 +96,23 @@ class TableLookup(wiring.Component):
 class Glu(wiring.Component):
     """Stream of (gate, up) int8 in, stream of SILU[gate + 128] * up out, exact int16 (`blocks.glu`). Latency 2."""
 
-    def __init__(self, silu_table: torch.Tensor | Sequence[int]) -> None:
-        self._table = _checked(self, "silu_table", silu_table)
+    def __init__(self, *silu_tables: torch.Tensor | Sequence[int]) -> None:
+        self._table = _checked(self, "silu_table", silu_tables)
+        self.sites = len(silu_tables)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"gate": signed(8), "up": signed(8)}))),
+            "site": In(range(max(2, self.sites))),  # which table; holds while a value is in flight
             "o": Out(stream.Signature(signed(PRODUCT_BITS))),
         })
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
-        m.submodules.rom = rom = Memory(shape=signed(8), depth=TABLE_ENTRIES, init=self._table)
+        m.submodules.rom = rom = Memory(shape=signed(8), depth=len(self._table), init=self._table)
         rd = rom.read_port()
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         # stage 1: SILU[gate] from the ROM, up delayed to match
-        m.d.comb += [rd.addr.eq(_index(self.i.payload.gate)), rd.en.eq(advance)]
+        m.d.comb += [rd.addr.eq(_site_index(self.i.payload.gate, self.site, self.sites)), rd.en.eq(advance)]
         t_valid = Signal()
         up = Signal(signed(8))
         # stage 2: the 8 x 8 product into the output register (int16, never saturates)

@@ -1,9 +1,11 @@
 """Argmax: the index of the largest value in a row, ties to the lowest index (docs/numerics.md §8).
 
 The decoder's last step turns the logits into a token id (`quant.blocks.argmax`). Values arrive
-one per cycle; a running maximum replaces the best only on a strictly greater value, so the
-first of equal maxima (the lowest index) wins. The index is emitted one cycle after the row's
-`last` value is accepted, so rows follow back to back at one value per cycle.
+in beats of up to `lanes` (the epilogue's width), `count` of them real, in row order. Within a
+beat a chain of strict compares picks the first of the beat's maxima; a running maximum then
+replaces the best only on a strictly greater value, so the first of equal maxima (the lowest
+index) wins. The index is emitted one cycle after the beat carrying the row's `last` value is
+accepted, so rows follow back to back at one beat per cycle.
 
 Input is held off (ready low) only while a result waits to be taken. A row longer than
 max_count keeps its first max_count values: the extra ones are accepted and ignored (the row
@@ -12,59 +14,69 @@ still ends at `last`), and the sticky `overflow` output is set until reset.
 
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Signal, signed, unsigned
+from amaranth.hdl import Elaboratable, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 
-def value_layout(value_bits: int) -> data.StructLayout:
-    return data.StructLayout({"value": signed(value_bits), "last": 1})
+def value_layout(value_bits: int, lanes: int = 1) -> data.StructLayout:
+    return data.StructLayout({"values": data.ArrayLayout(signed(value_bits), lanes),
+                              "count": range(1, lanes + 1),  # real values in this beat, values[0] first
+                              "last": 1})  # the beat ends the row
 
 
 class Argmax(wiring.Component):
-    """Stream of values (`last` on a row's final one) in, one index per row out."""
+    """Stream of beats of values (`last` on a row's final beat) in, one index per row out."""
 
-    def __init__(self, value_bits: int, max_count: int) -> None:
+    def __init__(self, value_bits: int, max_count: int, lanes: int = 1) -> None:
         if not 1 <= value_bits <= 64:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise ValueError(f"value_bits must be between 1 and 64, got {value_bits}")
         if max_count < 1:
             self._MustUse__silence = True
             raise ValueError(f"max_count must be at least 1, got {max_count}")
-        self.value_bits = value_bits
-        self.max_count = max_count
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+            self._MustUse__silence = True
+            raise ValueError(f"lanes must be an int from 1 to 64, got {lanes!r}")
+        self.value_bits, self.max_count, self.lanes = value_bits, max_count, lanes
         self.index_bits = max(1, (max_count - 1).bit_length())
         super().__init__({
-            "i": In(stream.Signature(value_layout(value_bits))),
+            "i": In(stream.Signature(value_layout(value_bits, lanes))),
             "o": Out(stream.Signature(unsigned(self.index_bits))),
             "overflow": Out(1),  # sticky: some row had more than max_count values
         })
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
-        count = Signal(range(self.max_count + 1))  # values seen in this row (up to max_count)
+        beat = self.i.payload
+        count = Signal(range(self.max_count + self.lanes + 1))  # values seen in this row before this beat
         best = Signal(signed(self.value_bits))
         best_index = Signal(self.index_bits)
-        take = Signal()  # this value is in range and the new best of the row
-        index = Signal(self.index_bits)  # the row's argmax including the value being accepted
-        in_range = count < self.max_count
+        # the beat's own winner: lane 0, replaced down the chain by a strictly greater real, in-range value
+        live = [Signal(name=f"live{e}") for e in range(self.lanes)]
+        m.d.comb += [live[e].eq((e < beat.count) & (count + e < self.max_count)) for e in range(self.lanes)]
+        win, win_lane = beat.values[0], 0
+        for e in range(1, self.lanes):
+            better = Signal(name=f"better{e}")
+            m.d.comb += better.eq(live[e] & (beat.values[e] > win))
+            win, win_lane = Mux(better, beat.values[e], win), Mux(better, e, win_lane)
+        take = Signal()  # the beat's winner is the new best of the row
+        index = Signal(self.index_bits)  # the row's argmax including this beat
         m.d.comb += [
             self.i.ready.eq(~self.o.valid | self.o.ready),
-            take.eq(in_range & ((count == 0) | (self.i.payload.value > best))),
-            index.eq(best_index),
+            take.eq(live[0] & ((count == 0) | (win > best))),
+            index.eq(Mux(take, count + win_lane, best_index)),
         ]
-        with m.If(take):
-            m.d.comb += index.eq(count)
-
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.i.valid & self.i.ready):
             with m.If(take):
-                m.d.sync += [best.eq(self.i.payload.value), best_index.eq(count)]
-            with m.If(~in_range):
+                m.d.sync += [best.eq(win), best_index.eq(index)]
+            with m.If(count + beat.count > self.max_count):
                 m.d.sync += self.overflow.eq(1)
-            with m.If(self.i.payload.last):
+            with m.If(beat.last):
                 m.d.sync += [count.eq(0), self.o.payload.eq(index), self.o.valid.eq(1)]
-            with m.Elif(in_range):
-                m.d.sync += count.eq(count + 1)
+            with m.Elif(count < self.max_count):
+                m.d.sync += count.eq(count + beat.count)
         return m
+

@@ -36,6 +36,7 @@ class BuildReport:
     attention_rows: int | None  # rows of the attention products as asked (None: the default, HardwarePlan.attn_rows)
     softmax_lanes: int  # elements per cycle of the softmax's exponent and output passes
     dsp_rows: int | None  # row units on hard multipliers (None: all), the rest shift-add
+    epilogue_lanes: int  # output rows per cycle through the epilogue
     lanes: int  # MACs per row unit and cycle
     context: int
     position: int  # the position the per-token figures are stated at
@@ -50,7 +51,8 @@ class BuildReport:
     def summary(self) -> str:
         ratio = self.cycles_per_token_estimate / self.mac_bound_cycles
         shape = HardwarePlan(self.rows, self.lanes, attention_rows=self.attention_rows,
-                             softmax_lanes=self.softmax_lanes, dsp_rows=self.dsp_rows).shape
+                             softmax_lanes=self.softmax_lanes, dsp_rows=self.dsp_rows,
+                             epilogue_lanes=self.epilogue_lanes).shape
         return "\n".join([
             f"scheme {self.scheme}, {self.params:,} weights, {self.weight_bits:,} code bits "
             f"({self.avg_weight_bits:.2f} bits/weight), {self.storage} storage of {self.weight_storage_bits:,} bits",
@@ -63,12 +65,12 @@ class BuildReport:
 
 
 def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1, attention_rows: int | None = None,
-               softmax_lanes: int = 1, dsp_rows: int | None = None, position: int | None = None, progress: bool = True,
-               vocab: tuple[str, ...] | None = None) -> BuildReport:
+               softmax_lanes: int = 1, dsp_rows: int | None = None, epilogue_lanes: int = 1, position: int | None = None,
+               progress: bool = True, vocab: tuple[str, ...] | None = None) -> BuildReport:
     """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report."""
     out.mkdir(parents=True, exist_ok=True)
     decoder = Decoder(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                      softmax_lanes=softmax_lanes, dsp_rows=dsp_rows)
+                      softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
     plan = decoder.plan
     start = time.time()
     if progress:
@@ -86,7 +88,7 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
     report = BuildReport(
         params=qm.n_weights, weight_bits=qm.weight_bits, avg_weight_bits=round(qm.avg_weight_bits, 4),
         weight_storage_bits=storage_bits, scheme=qm.scheme, storage=storage, rows=rows, lanes=lanes,
-        attention_rows=attention_rows, softmax_lanes=softmax_lanes, dsp_rows=dsp_rows,
+        attention_rows=attention_rows, softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes,
         context=qm.context, position=position, macs_per_token=macs,
         cycles_per_token_estimate=cycles_per_token_estimate(qm, plan, position),
         mac_bound_cycles=-(-macs // plan.macs_per_cycle), bram_bound_cycles=-(-qm.weight_bits // REFERENCE_PORT_BITS),

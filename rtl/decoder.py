@@ -23,10 +23,11 @@ from amaranth.lib.wiring import In, Out
 from ..quant.qmodel import QLinear, QModel
 from .activation import Glu, TableLookup
 from .argmax import Argmax
+from .banked_vector import BankedVector
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
-from .plan import KV_BITS, HardwarePlan, kv_layer_words, row_code_bits, weight_formats
+from .plan import KV_BITS, HardwarePlan, epilogue_width, kv_layer_words, row_code_bits, weight_formats
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
@@ -70,6 +71,19 @@ class Source(enum.Enum, shape=3):
     PROBS = 3  # softmax probabilities
 
 
+def _saturate(value: object, bits: int) -> object:
+    """value clamped to the signed `bits`-bit range."""
+    hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
+    return Mux(value > hi, hi, Mux(value < lo, lo, value))
+
+
+class _Reader:
+    """Element reader `r` of a BankedVector, read one element at a time (`addr`, `data`) or as a run (`run`)."""
+
+    def __init__(self, vector: BankedVector, r: int) -> None:
+        self.addr, self.data, self.run = vector.rd_base[r], vector.rd_values[r][0], vector.rd_values[r]
+
+
 def token_layout(vocab: int) -> data.StructLayout:
     return data.StructLayout({"token": unsigned(max(1, (vocab - 1).bit_length())), "new_seq": 1})
 
@@ -80,7 +94,7 @@ def status_layout() -> data.StructLayout:
 
 
 def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int | None, softmax_lanes: int,
-           dsp_rows: int | None) -> None:
+           dsp_rows: int | None, epilogue_lanes: int) -> None:
     cfg = qm.config
     if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 64 or rows & (rows - 1):
         raise ValueError(f"rows must be a power of two from 1 to 64, got {rows!r}")
@@ -110,21 +124,25 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
             raise ValueError(f"LoRA site {site!r} is not a projection of every layer of this model")
     if softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
         raise ValueError(f"softmax lanes must be a power of two that divides lanes ({lanes}), got {softmax_lanes!r}")
+    if epilogue_lanes not in [1 << k for k in range(7)] or rows % epilogue_lanes or lanes % epilogue_lanes:
+        raise ValueError(f"epilogue lanes must be a power of two that divides rows ({rows}) and lanes ({lanes}), "
+                         f"got {epilogue_lanes!r}")
 
 
 class Decoder(wiring.Component):
     """Token stream in (with a new-sequence flag), next-token stream out, status counters."""
 
     def __init__(self, qm: QModel, *, rows: int = 1, lanes: int = 8, storage: str = "rom",
-                 attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None) -> None:
+                 attention_rows: int | None = None, softmax_lanes: int = 1, dsp_rows: int | None = None,
+                 epilogue_lanes: int = 1) -> None:
         try:
-            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes, dsp_rows)
+            _check(qm, rows, lanes, storage, attention_rows, softmax_lanes, dsp_rows, epilogue_lanes)
         except ValueError:
             self._MustUse__silence = True
             raise
         self.qm, self.rows, self.lanes, self.storage = qm, rows, lanes, storage
         self.plan = HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                                 softmax_lanes=softmax_lanes, dsp_rows=dsp_rows)
+                                 softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
         # attention runs `rows` positions (scores) or channels (weighted sum) at once when the head width allows
         self.attn_rows = self.plan.attn_rows(qm.config.head_dim)
         cfg = qm.config
@@ -167,9 +185,10 @@ class Decoder(wiring.Component):
             for n, base in zip(names, wb.bases, strict=True):
                 bank_of[n], base_of[n] = index, base
         self.banks = banks
+        wide = self.plan.epilogue_lanes  # rows per cycle through the epilogue (when the destination takes them)
         params: dict[str, object] = {}
         for index, (name, lin) in enumerate(linears.items()):
-            params[name] = self._param_rom(m, f"p{index}", lin, acc_bits)
+            params[name] = self._param_rom(m, f"p{index}", lin, acc_bits, wide)
         embed = WeightStore(qm.embed.codes.numpy(), qm.embed.block_shift.numpy(), lanes=lanes,
                             code_bits=qm.embed.bits, scheme=qm.embed.scheme, storage=self.storage)
         m.submodules.embed = embed
@@ -203,19 +222,19 @@ class Decoder(wiring.Component):
         vcache = [Memory(shape=kv_layout, depth=cfg.n_layers * v_layer, init=[]) for _ in range(attn_rows)]  # V^T
         for b in range(attn_rows):
             m.submodules[f"kcache{b}"], m.submodules[f"vcache{b}"] = kcache[b], vcache[b]
-        m.submodules.resid = resid = Memory(shape=signed(16), depth=d, init=[])
-        m.submodules.gate = gate_mem = Memory(shape=signed(8), depth=cfg.ffn, init=[])
+        # element vectors the epilogue writes `wide` rows at a time (banked: rtl/banked_vector.py)
+        resid = BankedVector(m, "resid", signed(16), d, wide)
+        gate_vec = BankedVector(m, "gate", signed(8), cfg.ffn, wide)
         # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
-        m.submodules.raw_q = raw_q = Memory(shape=signed(8), depth=qdim, init=[])
-        m.submodules.raw_k = raw_k = Memory(shape=signed(8), depth=kvdim, init=[])
-        self.memories = {**mems, "resid": resid, "gate": gate_mem, "raw_q": raw_q, "raw_k": raw_k,  # for testbenches
-                         **{f"kcache{b}": mem for b, mem in enumerate(kcache)},
+        raw_q = BankedVector(m, "raw_q", signed(8), qdim, wide, readers=2)
+        raw_k = BankedVector(m, "raw_k", signed(8), kvdim, wide, readers=2)
+        self.memories = {**mems, **{f"kcache{b}": mem for b, mem in enumerate(kcache)},  # for testbenches
                          **{f"vcache{b}": mem for b, mem in enumerate(vcache)}}
+        for name, vec in (("resid", resid), ("gate", gate_vec), ("raw_q", raw_q), ("raw_k", raw_k)):
+            self.memories.update({f"{name}{b}": mem for b, mem in enumerate(vec.memories)})
 
-        resid_rd, resid_wr = resid.read_port(domain="comb"), resid.write_port()
-        gate_rd, gate_wr = gate_mem.read_port(domain="comb"), gate_mem.write_port()
-        rq1, rq2, rq_wr = raw_q.read_port(domain="comb"), raw_q.read_port(domain="comb"), raw_q.write_port()
-        rk1, rk2, rk_wr = raw_k.read_port(domain="comb"), raw_k.read_port(domain="comb"), raw_k.write_port()
+        resid_rd = _Reader(resid, 0)
+        rq1, rq2, rk1, rk2 = _Reader(raw_q, 0), _Reader(raw_q, 1), _Reader(raw_k, 0), _Reader(raw_k, 1)
         rd = {name: mem.read_port() for name, mem in mems.items()}
         wr = {name: mem.write_port(granularity=1) for name, mem in mems.items()}
         k_rd = [mem.read_port() for mem in kcache]
@@ -230,8 +249,11 @@ class Decoder(wiring.Component):
                 for r in range(rows)]
         for r, mac in enumerate(macs):
             m.submodules[f"mac{r}"] = mac
-        m.submodules.serializer = serializer = RowSerializer(rows, acc_bits)
-        m.submodules.rescale = rescale = Rescale(acc_bits + 1, 32)
+        m.submodules.serializer = serializer = RowSerializer(rows, acc_bits, wide)
+        rescales = [Rescale(acc_bits + 1, 32) for _ in range(wide)]  # one per epilogue lane, in lockstep
+        for e, unit in enumerate(rescales):
+            m.submodules[f"rescale{e}" if wide > 1 else "rescale"] = unit
+        rescale = rescales[0]
         m.submodules.embed_rescale = emb_rescale = Rescale(8 + 24 + 1, 16)
         # one norm unit for every norm site (they run one at a time), with each site's constants
         norm_sites = {}
@@ -239,21 +261,22 @@ class Decoder(wiring.Component):
             norm_sites[f"attn{i}"], norm_sites[f"mlp{i}"] = layer.attn_norm, layer.mlp_norm
         norm_sites["final"] = qm.final_norm
         norm_unit = NormUnit(d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
-                                           for qn in norm_sites.values()], lanes=self.plan.vector_lanes)
+                                           for qn in norm_sites.values()], lanes=self.plan.vector_lanes,
+                             in_lanes=wide)
         m.submodules.norm = norm_unit
         # one softmax for every layer (one head runs at a time), with each layer's scale: its score buffer and
         # exponent tables exist once, so several softmax lanes cost block RAM once, not per layer
         m.submodules.softmax = softmax = Softmax(ctx, [layer.sm_mult for layer in qm.layers],
                                                  [layer.sm_shift for layer in qm.layers], lanes=self.plan.softmax_lanes)
-        acts = []
-        for i, layer in enumerate(qm.layers):
-            unit = Glu(layer.act_table) if gated else TableLookup(layer.act_table)
-            m.submodules[f"act{i}"] = unit
+        acts = []  # one activation unit per epilogue lane, holding every layer's table (layer_sel picks)
+        for e in range(wide):
+            unit = (Glu if gated else TableLookup)(*(layer.act_table for layer in qm.layers))
+            m.submodules[f"act{e}"] = unit
             acts.append(unit)
         rope = None
         if cfg.positions == "rope":
             m.submodules.rope = rope = Rope(qm.rope_cos, qm.rope_sin)
-        m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size)
+        m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size, wide)
         self._argmax = argmax
 
         # -- control registers ---------------------------------------------------------------------
@@ -262,6 +285,7 @@ class Decoder(wiring.Component):
         # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
         layer_sel = Signal(range(max(2, cfg.n_layers)))
         m.d.comb += softmax.site.eq(layer_sel)  # the layer's score scale
+        m.d.comb += [unit.site.eq(layer_sel) for unit in acts]  # the layer's activation table
         head = Signal(range(max(2, cfg.n_heads)))
         busy, context_full, bad_token = Signal(), Signal(), Signal()
         tokens_done, cycles = Signal(32), Signal(32)
@@ -335,6 +359,8 @@ class Decoder(wiring.Component):
         mv_mode = Signal(Mode)
         mv_src = Signal(Source)
         mv_attn = Signal()  # codes from the K / V cache instead of a weight store
+        mv_wide = Signal()  # the epilogue takes `wide` rows per beat (else one)
+        m.d.comb += serializer.wide.eq(mv_wide)
         mv_rows = Signal(range(max(ctx, cfg.ffn, cfg.vocab_size, d, qdim) + 1))
         mv_chunks = Signal(range(self.chunks(max(ctx, cfg.ffn, d, qdim)) + 1))
         mv_groups = Signal.like(mv_rows)
@@ -408,38 +434,52 @@ class Decoder(wiring.Component):
         with m.Elif(serializer.i.valid & serializer.i.ready):
             m.d.sync += rows_loaded.eq(rows_loaded + serializer.i.payload.count)
 
-        # -- epilogue: bias and rescale, then the destination ----------------------------------------
+        # -- epilogue: bias and rescale, then the destination, a beat of rows per cycle --------------
+        # a beat is `wide` consecutive rows (mv_wide) or one; each lane has its own bias and rescale, and the
+        # destinations take runs of consecutive elements (BankedVector, lane-group writes), so rows stay in order
         row_in = Signal.like(mv_rows)  # rows that entered the rescale
         row_out = Signal.like(mv_rows)  # rows that left it
-        bias, mult, shift = Signal(signed(acc_bits)), Signal(15), Signal(6)
+        step = Signal(range(wide + 1))  # rows per full beat
+        beat = Signal(range(wide + 1))  # rows in the beat leaving the rescale: every beat is full but the last
+        m.d.comb += [step.eq(Mux(mv_wide, wide, 1)),
+                     beat.eq(Mux(mv_rows - row_out < step, mv_rows - row_out, step))]
+        bias = [Signal(signed(acc_bits), name=f"bias{e}") for e in range(wide)]
+        mult = [Signal(15, name=f"mult{e}") for e in range(wide)]
+        shift = [Signal(6, name=f"shift{e}") for e in range(wide)]
         att_mult, att_shift = Signal(15), Signal(6)
         with m.Switch(layer_sel):
             for i, layer in enumerate(qm.layers):
                 with m.Case(i):
                     m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
         with m.If(mv_mode == Mode.SCORES):
-            m.d.comb += [mult.eq(1 << 14), shift.eq(14)]  # identity: scores pass unchanged
+            m.d.comb += [mult[0].eq(1 << 14), shift[0].eq(14)]  # identity: scores pass unchanged
         with m.Elif(mv_mode == Mode.PV):
-            m.d.comb += [mult.eq(att_mult), shift.eq(att_shift)]
+            m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
         with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):
             for n, regs in enumerate(lora_regs):
                 with m.Case(n):
-                    m.d.comb += [mult.eq(regs["a_mult"]), shift.eq(regs["a_shift"])]
+                    m.d.comb += [mult[0].eq(regs["a_mult"]), shift[0].eq(regs["a_shift"])]
         with m.Else(), m.Switch(mv_tensor):
+            wide_bits = (wide - 1).bit_length()
             for index, name in enumerate(linears):
                 with m.Case(index):
-                    port = params[name]
-                    m.d.comb += [port.addr.eq(row_in), bias.eq(port.data.bias), mult.eq(port.data.mult),
-                                 shift.eq(port.data.shift)]
-        m.d.comb += [rescale.i.valid.eq(serializer.o.valid), serializer.o.ready.eq(rescale.i.ready),
-                     rescale.i.payload.value.eq(serializer.o.payload + bias), rescale.i.payload.mult.eq(mult),
-                     rescale.i.payload.shift.eq(shift)]
+                    port = params[name]  # words of `wide` rows' constants: a wide beat reads one whole word
+                    m.d.comb += port.addr.eq(row_in >> wide_bits)
+                    for e in range(wide):
+                        entry = port.data[e] if e else port.data[Mux(mv_wide, 0, row_in[:wide_bits])]
+                        m.d.comb += [bias[e].eq(entry.bias), mult[e].eq(entry.mult), shift[e].eq(entry.shift)]
+        dest_ready = Signal()
+        for e, unit in enumerate(rescales):
+            m.d.comb += [unit.i.valid.eq(serializer.o.valid), unit.i.payload.value.eq(serializer.o.payload.values[e] + bias[e]),
+                         unit.i.payload.mult.eq(mult[e]), unit.i.payload.shift.eq(shift[e]), unit.o.ready.eq(dest_ready)]
+        m.d.comb += serializer.o.ready.eq(rescale.i.ready)
         with m.If(serializer.o.valid & rescale.i.ready):
-            m.d.sync += row_in.eq(row_in + 1)
+            m.d.sync += row_in.eq(row_in + serializer.o.payload.count)
         with m.If(mv_start):
             m.d.sync += [row_in.eq(0), row_out.eq(0)]
 
-        y = rescale.o.payload  # rescale(acc), clamped to int32 (the reference leaves it unsaturated)
+        ys = [unit.o.payload for unit in rescales]  # rescale(acc), clamped to int32 (the reference leaves it unsaturated)
+        y = ys[0]
         # LoRA: delta = round_shift((B t16)[row] * b_mult, b_shift), added before the output saturation.
         # Rows leave in order, so the delta of each is prefetched through two registers (B t16, then
         # the scaled and shifted delta) ahead of its row: the B read, the rank products, the multiply
@@ -476,49 +516,47 @@ class Decoder(wiring.Component):
                 with m.If(~low_full | move):
                     m.d.sync += [low_reg.eq(low), low_full.eq(1), prefetch_row.eq(prefetch_row + 1)]
             m.d.comb += delta.eq(Mux(lora_on, delta_reg, 0))
-        y_sum = Signal(signed(68))
-        m.d.comb += y_sum.eq(y + delta)
-        y8 = Signal(signed(8))
-        y16 = Signal(signed(16))
-        m.d.comb += [y8.eq(Mux(y_sum > 127, 127, Mux(y_sum < -128, -128, y_sum))),
-                     y16.eq(Mux(y_sum > 32767, 32767, Mux(y_sum < -32768, -32768, y_sum)))]
-        dest_ready = Signal()
-        m.d.comb += rescale.o.ready.eq(dest_ready)
-        # a residual update (O, DOWN) streams each new element straight into the next norm unit as well
-        resid_new, resid_took = Signal(signed(16)), Signal()
+        y8 = [Signal(signed(8), name=f"y8_{e}") for e in range(wide)]
+        y16 = [Signal(signed(16), name=f"y16_{e}") for e in range(wide)]
+        for e in range(wide):  # the LoRA term joins lane 0 only: adapted projections run one row per beat
+            y_sum = Signal(signed(68), name=f"y_sum{e}")
+            m.d.comb += [y_sum.eq(ys[e] + delta if e == 0 else ys[e]), y8[e].eq(_saturate(y_sum, 8)),
+                         y16[e].eq(_saturate(y_sum, 16))]
+        # a residual update (O, DOWN) streams each beat of new elements straight into the next norm unit as well
+        resid_new = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]
+        resid_took, resid_beat = Signal(), Signal(range(wide + 1))
         norm_fused, norm_in_ready = Signal(), Signal(init=1)
         took = Signal()
         m.d.comb += took.eq(rescale.o.valid & dest_ready)
         with m.If(took):
-            m.d.sync += row_out.eq(row_out + 1)
-        glu_in_valid = Signal()
+            m.d.sync += row_out.eq(row_out + beat)
+        gate_rd = _Reader(gate_vec, 0)
         with m.Switch(mv_mode):
             with m.Case(Mode.Q, Mode.K):
-                m.d.comb += [dest_ready.eq(1), rq_wr.addr.eq(row_out), rq_wr.data.eq(y8), rk_wr.addr.eq(row_out),
-                             rk_wr.data.eq(y8), rq_wr.en.eq(took & (mv_mode == Mode.Q)),
-                             rk_wr.en.eq(took & (mv_mode == Mode.K))]
+                m.d.comb += dest_ready.eq(1)
+                for vec, mode in ((raw_q, Mode.Q), (raw_k, Mode.K)):
+                    self._run_into(m, vec, row_out, y8, beat, took & (mv_mode == mode))
             with m.Case(Mode.V):  # transposed: row j of head g, column = position
                 m.d.comb += dest_ready.eq(1)
                 self._bank_write(m, v_wr, row_out, layer_sel * v_layer + (row_out // attn_rows) * c_ctx +
-                                 position // lanes, position % lanes, y8, took)
+                                 position // lanes, position % lanes, y8[0], took)
             with m.Case(Mode.RESID):
-                total = Signal(signed(18))
-                m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), total.eq(resid_rd.data + y16),
-                             resid_new.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total))),
-                             resid_wr.addr.eq(row_out), resid_wr.en.eq(took), resid_wr.data.eq(resid_new),
-                             resid_took.eq(took)]
+                m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), resid_took.eq(took),
+                             resid_beat.eq(beat)]
+                for e in range(wide):
+                    m.d.comb += resid_new[e].eq(_saturate(resid_rd.run[e] + y16[e], 16))
+                self._run_into(m, resid, row_out, resid_new, beat, took)
             with m.Case(Mode.GATE):
-                m.d.comb += [dest_ready.eq(1), gate_wr.addr.eq(row_out), gate_wr.data.eq(y8), gate_wr.en.eq(took)]
-            with m.Case(Mode.UP):
-                m.d.comb += [gate_rd.addr.eq(row_out), glu_in_valid.eq(rescale.o.valid)]
-                with m.Switch(layer_sel):
-                    for i, unit in enumerate(acts):
-                        with m.Case(i):
-                            m.d.comb += [unit.i.valid.eq(glu_in_valid), dest_ready.eq(unit.i.ready)]
-                            if gated:
-                                m.d.comb += [unit.i.payload.gate.eq(gate_rd.data), unit.i.payload.up.eq(y8)]
-                            else:
-                                m.d.comb += unit.i.payload.eq(y8)
+                m.d.comb += dest_ready.eq(1)
+                self._run_into(m, gate_vec, row_out, y8, beat, took)
+            with m.Case(Mode.UP):  # every lane's unit takes its row (lanes past the beat compute what is not kept)
+                m.d.comb += [gate_rd.addr.eq(row_out), dest_ready.eq(acts[0].i.ready)]
+                for e, unit in enumerate(acts):
+                    m.d.comb += unit.i.valid.eq(rescale.o.valid)
+                    if gated:
+                        m.d.comb += [unit.i.payload.gate.eq(gate_rd.run[e]), unit.i.payload.up.eq(y8[e])]
+                    else:
+                        m.d.comb += unit.i.payload.eq(y8[e])
             with m.Case(Mode.SCORES):
                 m.d.comb += [softmax.i.valid.eq(rescale.o.valid), dest_ready.eq(softmax.i.ready),
                              softmax.i.payload.score.eq(y), softmax.i.payload.last.eq(row_out == mv_rows - 1)]
@@ -527,30 +565,28 @@ class Decoder(wiring.Component):
                 m.d.comb += [dest_ready.eq(1), element.eq(head * hd + row_out),
                              wr["act"].addr.eq(element // lanes),
                              wr["act"].en.eq(Mux(took, 1 << (element % lanes), 0))]
-                m.d.comb += [wr["act"].data[j].eq(y8) for j in range(lanes)]
+                m.d.comb += [wr["act"].data[j].eq(y8[0]) for j in range(lanes)]
             with m.Case(Mode.LORA_A):
                 m.d.comb += dest_ready.eq(1)
                 with m.If(took), m.Switch(row_out):
                     for j in range(rank):
                         with m.Case(j):
-                            m.d.sync += t16[j].eq(y16)
+                            m.d.sync += t16[j].eq(y16[0])
             with m.Case(Mode.LOGITS):
                 m.d.comb += [argmax.i.valid.eq(rescale.o.valid), dest_ready.eq(argmax.i.ready),
-                             argmax.i.payload.value.eq(y), argmax.i.payload.last.eq(row_out == mv_rows - 1)]
+                             argmax.i.payload.count.eq(beat), argmax.i.payload.last.eq(row_out + beat == mv_rows)]
+                m.d.comb += [argmax.i.payload.values[e].eq(ys[e]) for e in range(wide)]
 
-        # the activation unit's output: hidden[o], in order
+        # the activation units' output: beats of hidden[o], in order
         hid_count = Signal(range(cfg.ffn + 1))
         for unit in acts:
             m.d.comb += unit.o.ready.eq(1)
-        hid_valid, hid_value = Signal(), Signal(signed(16))
-        with m.Switch(layer_sel):
-            for i, unit in enumerate(acts):
-                with m.Case(i):
-                    m.d.comb += [hid_valid.eq(unit.o.valid), hid_value.eq(unit.o.payload)]
-        m.d.comb += [wr["hid"].addr.eq(hid_count // lanes), wr["hid"].en.eq(Mux(hid_valid, 1 << (hid_count % lanes), 0))]
-        m.d.comb += [wr["hid"].data[j].eq(hid_value) for j in range(lanes)]
+        hid_valid, hid_beat = Signal(), Signal(range(wide + 1))
+        m.d.comb += [hid_valid.eq(acts[0].o.valid),
+                     hid_beat.eq(Mux(mv_rows - hid_count < step, mv_rows - hid_count, step))]
+        self._lane_run_write(m, wr["hid"], hid_count, [unit.o.payload for unit in acts], hid_beat, hid_valid, lanes)
         with m.If(hid_valid):
-            m.d.sync += hid_count.eq(hid_count + 1)
+            m.d.sync += hid_count.eq(hid_count + hid_beat)
         with m.If(mv_start):
             m.d.sync += hid_count.eq(0)
 
@@ -569,6 +605,8 @@ class Decoder(wiring.Component):
                      mv_code_base.eq(base_of[name_or_mode] if matrix else code_base),
                      mv_row_stride.eq(chunks if stride is None else stride),
                      mv_act_base.eq(act_base), mv_attn.eq(name_or_mode in (Mode.SCORES, Mode.PV)), lora_on.eq(0)]
+            site = name_or_mode.rsplit(".", 1)[-1] if matrix else None
+            stmts.append(mv_wide.eq(matrix and epilogue_width(qm, self.plan, site) > 1))
             if matrix:
                 stmts += [mv_tensor.eq(list(linears).index(name_or_mode)), mv_format.eq(bank_of[name_or_mode])]
             return _Start(stmts, name_or_mode, chunks, src)
@@ -582,14 +620,16 @@ class Decoder(wiring.Component):
         norm_running = Signal()
         m.d.comb += norm_unit.site.eq(norm_sel)
         with m.If(norm_running):
-            with m.If(norm_fused):  # fed by the residual update's epilogue, one element per row it writes
-                m.d.comb += [norm_unit.i.valid.eq(resid_took), norm_unit.i.payload.eq(resid_new),
+            with m.If(norm_fused):  # fed by the residual update's epilogue, a beat per beat it writes
+                m.d.comb += [norm_unit.i.valid.eq(resid_took), norm_unit.i.payload.count.eq(resid_beat),
                              norm_in_ready.eq(norm_unit.i.ready)]
+                m.d.comb += [norm_unit.i.payload.values[e].eq(resid_new[e]) for e in range(wide)]
             with m.Else():  # fed from the residual memory
-                m.d.comb += [norm_unit.i.valid.eq(n_in < d), norm_unit.i.payload.eq(resid_rd.data)]
+                m.d.comb += [norm_unit.i.valid.eq(n_in < d), norm_unit.i.payload.values[0].eq(resid_rd.data),
+                             norm_unit.i.payload.count.eq(1)]
             m.d.comb += norm_unit.o.ready.eq(1)
             with m.If(norm_unit.i.valid & norm_unit.i.ready):
-                m.d.sync += n_in.eq(n_in + 1)
+                m.d.sync += n_in.eq(n_in + norm_unit.i.payload.count)
             with m.If(norm_unit.o.valid):  # a word of vector_lanes elements into its lanes of an act word
                 m.d.sync += n_out.eq(n_out + 1)
                 self._lane_group_write(m, wr["act"], n_out, norm_unit.o.payload, lanes)
@@ -661,12 +701,13 @@ class Decoder(wiring.Component):
                                      n_out.eq(0), norm_fused.eq(1)]
                         m.next = "EMBED_READ"
             self._embed_states(m, embed, embed_scale, emb_rescale, token, emb_i, emb_o, emb_word, emb_shift,
-                               resid_wr, resid_rd, d, "EMBED", "POS_READ" if pos_store is not None else "L0_NORM_ATTN",
-                               position=None, to_norm=None if pos_store is not None else (resid_new, resid_took))
+                               resid, resid_rd, d, "EMBED", "POS_READ" if pos_store is not None else "L0_NORM_ATTN",
+                               position=None, to_norm=None if pos_store is not None else
+                               (resid_new[0], resid_took, resid_beat))
             if pos_store is not None:
                 self._embed_states(m, pos_store, pos_scale, emb_rescale, position, emb_i, emb_o, emb_word, emb_shift,
-                                   resid_wr, resid_rd, d, "POS", "L0_NORM_ATTN", position=True,
-                                   to_norm=(resid_new, resid_took))
+                                   resid, resid_rd, d, "POS", "L0_NORM_ATTN", position=True,
+                                   to_norm=(resid_new[0], resid_took, resid_beat))
 
             def norm_state(name: str, key: str, nxt: str) -> None:
                 with m.State(name):
@@ -781,11 +822,14 @@ class Decoder(wiring.Component):
     # -- pieces of the schedule ------------------------------------------------------------------
 
     @staticmethod
-    def _param_rom(m: Module, name: str, lin: QLinear, acc_bits: int) -> object:
+    def _param_rom(m: Module, name: str, lin: QLinear, acc_bits: int, wide: int) -> object:
+        """Each row's (bias, mult, shift), in words of `wide` rows (the padding rows' constants are never used)."""
         layout = data.StructLayout({"bias": signed(acc_bits), "mult": unsigned(15), "shift": unsigned(6)})
-        init = [{"bias": int(b), "mult": int(mu), "shift": int(s)}
+        rows = [{"bias": int(b), "mult": int(mu), "shift": int(s)}
                 for b, mu, s in zip(lin.bias.tolist(), lin.mult.tolist(), lin.shift.tolist(), strict=True)]
-        m.submodules[name] = rom = Memory(shape=layout, depth=len(init), init=init)
+        rows += [rows[-1]] * (-len(rows) % wide)
+        init = [rows[k:k + wide] for k in range(0, len(rows), wide)]
+        m.submodules[name] = rom = Memory(shape=data.ArrayLayout(layout, wide), depth=len(init), init=init)
         return rom.read_port(domain="comb")
 
     @staticmethod
@@ -796,9 +840,9 @@ class Decoder(wiring.Component):
         return rom.read_port(domain="comb")
 
     def _embed_states(self, m: Module, store: WeightStore, scale: object, rescale: Rescale, row: Signal,
-                      emb_i: Signal, emb_o: Signal, word: Signal, word_shift: Signal, resid_wr: object,
+                      emb_i: Signal, emb_o: Signal, word: Signal, word_shift: Signal, resid: BankedVector,
                       resid_rd: object, d: int, prefix: str, nxt: str, position: object,
-                      to_norm: tuple[Signal, Signal] | None) -> None:
+                      to_norm: tuple[Signal, Signal, Signal] | None) -> None:
         """Row `row` of a table into the residual: rescale(code << shift, mult[row], shift[row]).
 
         The token embedding writes the residual; learned positions (position=True) add to it. The last of
@@ -825,17 +869,38 @@ class Decoder(wiring.Component):
                 if position:
                     total = Signal(signed(18), name=f"{prefix.lower()}_sum")
                     m.d.comb += [resid_rd.addr.eq(emb_o), total.eq(resid_rd.data + rescale.o.payload),
-                                 written.eq(Mux(total > 32767, 32767, Mux(total < -32768, -32768, total)))]
+                                 written.eq(_saturate(total, 16))]
                 else:
                     m.d.comb += written.eq(rescale.o.payload)
-                m.d.comb += [resid_wr.addr.eq(emb_o), resid_wr.data.eq(written), resid_wr.en.eq(1)]
-                if to_norm is not None:
-                    m.d.comb += [to_norm[0].eq(written), to_norm[1].eq(1)]
+                m.d.comb += [resid.wr_base.eq(emb_o), resid.wr_values[0].eq(written), resid.wr_count.eq(1),
+                             resid.wr_en.eq(1)]
+                if to_norm is not None:  # one element per beat
+                    m.d.comb += [to_norm[0].eq(written), to_norm[1].eq(1), to_norm[2].eq(1)]
             with m.If(emb_o == d):
                 m.d.sync += [emb_i.eq(0), emb_o.eq(0)]
                 m.next = nxt
             with m.Elif((lane == lanes) & (emb_i < d)):  # word used up: the rescale keeps what is in flight
                 m.next = f"{prefix}_READ"
+
+    @staticmethod
+    def _run_into(m: Module, vector: BankedVector, base: object, values: list, count: object, en: object) -> None:
+        """Elements base .. base + count - 1 of `vector` from values[0..count)."""
+        m.d.comb += [vector.wr_base.eq(base), vector.wr_count.eq(count), vector.wr_en.eq(en)]
+        m.d.comb += [vector.wr_values[e].eq(values[e]) for e in range(len(values))]
+
+    @staticmethod
+    def _lane_run_write(m: Module, port: object, first: object, values: list, count: object, en: object,
+                        lanes: int) -> None:
+        """Elements first .. first + count - 1 into a memory of `lanes`-element words: a run of len(values) (which
+        divides lanes) starts at a multiple of len(values), or holds one element, so it never crosses a word."""
+        width = len(values)
+        offset = Signal(range(lanes), name="run_offset")
+        m.d.comb += [offset.eq(first % lanes), port.addr.eq(first // lanes),
+                     port.en.eq(Mux(en, ((1 << count) - 1) << offset, 0))]
+        with m.Switch(offset % width if width > 1 else 0):
+            for rotation in range(width):
+                with m.Case(rotation):
+                    m.d.comb += [port.data[k].eq(values[(k - rotation) % width]) for k in range(lanes)]
 
     @staticmethod
     def _bank_write(m: Module, ports: list, index: object, addr: object, lane: object, value: object,

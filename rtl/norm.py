@@ -62,8 +62,16 @@ def coef_words(sites: Sequence[NormSite], d: int, lanes: int) -> list[list[int]]
     return table
 
 
+def input_layout(in_lanes: int) -> data.StructLayout:
+    """A beat of the residual vector: `count` elements in values[0..count), the vector's next ones."""
+    return data.StructLayout({"values": data.ArrayLayout(signed(X_BITS), in_lanes), "count": range(1, in_lanes + 1)})
+
+
 class NormUnit(wiring.Component):
     """Stream of d int16 residual elements in, words of `lanes` int8 normalised elements out, per vector.
+
+    The elements come in beats of up to `in_lanes` (which divides lanes): within one vector every beat
+    is full but the last, or every beat holds one element (the decoder's epilogue, wide or not).
 
     `site` selects the norm's constants; it must hold from a vector's first input to its last output.
     Output word k holds elements k*lanes .. k*lanes + lanes - 1; lanes past d are 0. Vectors are
@@ -72,7 +80,7 @@ class NormUnit(wiring.Component):
     backpressure, one vector takes d + w + 11 cycles (rms) or d + 2w + 12 cycles (layer) from its
     first input to the first input of the next:
 
-    - load, d cycles: write x into the RAM; rms squares and sums x on the way, layer sums x.
+    - load, d cycles (one per beat): write x into the RAM; rms squares and sums x on the way, layer sums x.
     - layer only, w cycles: read x back, u = d*x - sum, square and sum a word of u per cycle.
     - 5 cycles (rms) or 6 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM.
     - w + 6 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
@@ -83,12 +91,14 @@ class NormUnit(wiring.Component):
     on `o.ready`.
     """
 
-    def __init__(self, d: int, kind: str, sites: Sequence[NormSite], *, lanes: int = 1) -> None:
+    def __init__(self, d: int, kind: str, sites: Sequence[NormSite], *, lanes: int = 1, in_lanes: int = 1) -> None:
         try:
             if not sites:
                 raise ValueError("a norm unit needs at least one site")
             if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
                 raise ValueError(f"lanes must be an int from 1 to 64, got {lanes!r}")
+            if isinstance(in_lanes, bool) or not isinstance(in_lanes, int) or in_lanes < 1 or lanes % in_lanes:
+                raise ValueError(f"in_lanes must be an int that divides lanes ({lanes}), got {in_lanes!r}")
             for index, site in enumerate(sites):
                 try:
                     self._validate(d, kind, *site)
@@ -97,10 +107,10 @@ class NormUnit(wiring.Component):
         except ValueError:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise
-        self.d, self.kind, self.lanes = d, kind, lanes
+        self.d, self.kind, self.lanes, self.in_lanes = d, kind, lanes, in_lanes
         self.sites = [NormSite(int(s.eps_q), [int(v) for v in s.mult], [int(v) for v in s.shift]) for s in sites]
         super().__init__({
-            "i": In(stream.Signature(signed(X_BITS))),
+            "i": In(stream.Signature(input_layout(in_lanes))),
             "site": In(range(max(2, len(sites)))),
             "o": Out(stream.Signature(data.ArrayLayout(signed(OUT_BITS), lanes))),
         })
@@ -138,8 +148,7 @@ class NormUnit(wiring.Component):
         u_max = 2 * d * x_max if layer else x_max  # |d*x - sum| < d * 2**16
         u_bits = bits_for(u_max) if layer else X_BITS
         total_bits = bits_for(d * x_max)  # sum x
-        sq_bits = (u_max * u_max).bit_length()  # u^2, unsigned
-        sq_sum_bits = (lanes * u_max * u_max).bit_length()  # a word's sum of squares
+        sq_sum_bits = (max(lanes, self.in_lanes) * u_max * u_max).bit_length()  # a word's (a beat's) sum of squares
         ss_max = max_sum_of_squares(d, self.kind) + eps_max
         ss_bits = ss_max.bit_length()  # sum u^2 + eps_q, unsigned, <= 62
         assert ss_bits <= SUM_BITS - 1, "checked in __init__"
@@ -187,11 +196,11 @@ class NormUnit(wiring.Component):
             return u
 
         # squarer: a word of u (rms: one element) -> register -> sum of squares -> accumulate into ss
-        sq_lanes = lanes if layer else 1
+        sq_lanes = lanes if layer else self.in_lanes
         sq_in = [Signal(signed(u_bits), name=f"sq_in{k}") for k in range(sq_lanes)]
         sq_u = [Signal(signed(u_bits), name=f"sq_u{k}") for k in range(sq_lanes)]
         sq_in_valid, sq_u_valid = Signal(), Signal()
-        sq, sq_valid = Signal(sq_sum_bits if layer else sq_bits), Signal()
+        sq, sq_valid = Signal(sq_sum_bits), Signal()
         m.d.sync += [*(a.eq(b) for a, b in zip(sq_u, sq_in, strict=True)), sq_u_valid.eq(sq_in_valid),
                      sq.eq(sum(u * u for u in sq_u)), sq_valid.eq(sq_u_valid)]
         with m.If(sq_valid):
@@ -245,19 +254,25 @@ class NormUnit(wiring.Component):
 
         with m.FSM():
             with m.State("LOAD"):
-                m.d.comb += [
-                    self.i.ready.eq(1),
-                    x_wr.addr.eq(j // lanes),
-                    x_wr.en.eq(Mux(self.i.valid, 1 << (j % lanes), 0)),
-                ]
-                m.d.comb += [x_wr.data[k].eq(self.i.payload) for k in range(lanes)]
+                beat, in_lanes = self.i.payload, self.in_lanes
+                first = Signal(range(lanes), name="first_lane")  # the word lane of the beat's first element
+                m.d.comb += [self.i.ready.eq(1), first.eq(j % lanes), x_wr.addr.eq(j // lanes)]
+                real = [Signal(name=f"real{e}") for e in range(in_lanes)]  # values[e] is an element
+                m.d.comb += [real[e].eq(e < beat.count) for e in range(in_lanes)]
+                # lane k of the word takes values[k - first]: beats are aligned to in_lanes, or one element
+                with m.Switch(first % in_lanes if in_lanes > 1 else 0):
+                    for offset in range(in_lanes):
+                        with m.Case(offset):
+                            m.d.comb += [x_wr.data[k].eq(beat.values[(k - offset) % in_lanes]) for k in range(lanes)]
+                m.d.comb += x_wr.en.eq(Mux(self.i.valid, ((1 << beat.count) - 1) << first, 0))
                 if not layer:
-                    m.d.comb += [sq_in[0].eq(self.i.payload), sq_in_valid.eq(self.i.valid)]
+                    m.d.comb += [sq_in[e].eq(Mux(real[e], beat.values[e], 0)) for e in range(in_lanes)]
+                    m.d.comb += sq_in_valid.eq(self.i.valid)
                 with m.If(self.i.valid):
-                    m.d.sync += j.eq(j + 1)
+                    m.d.sync += j.eq(j + beat.count)
                     if layer:
-                        m.d.sync += total.eq(total + self.i.payload)
-                    with m.If(j == d - 1):
+                        m.d.sync += total.eq(total + sum(Mux(real[e], beat.values[e], 0) for e in range(in_lanes)))
+                    with m.If(j + beat.count >= d):
                         m.d.sync += j.eq(0)
                         m.next = "SQUARES" if layer else "DRAIN"
             if layer:

@@ -33,6 +33,8 @@ class HardwarePlan:
     #                         EXP table, which synthesis puts in a block RAM (one per lane: all layers share the unit)
     dsp_rows: int | None = None  # row units whose lane products are hard multipliers (DSP blocks); the rest multiply
     #                              by shift-add in the fabric (rtl/mac_array.py). None: all of them
+    epilogue_lanes: int = 1  # output rows per cycle through bias, rescale and destination (q, k, residual, gate,
+    #                          GLU, argmax); V, attention, LoRA A and LoRA-adapted projections take one
 
     @property
     def shape(self) -> str:
@@ -42,6 +44,8 @@ class HardwarePlan:
             text += f", attention on {self.attention_rows}"
         if self.softmax_lanes > 1:
             text += f", softmax on {self.softmax_lanes}"
+        if self.epilogue_lanes > 1:
+            text += f", epilogue on {self.epilogue_lanes}"
         return text if self.dsp_rows is None else f"{text}, {self.shift_add_rows} shift-add"
 
     @property
@@ -69,8 +73,8 @@ class HardwarePlan:
 
     @property
     def vector_lanes(self) -> int:
-        """Elements per cycle of the norm's output pass (a divisor of lanes)."""
-        return min(self.lanes, VECTOR_LANES)
+        """Elements per cycle of the norm's output pass (a divisor of lanes, a multiple of the epilogue's)."""
+        return min(self.lanes, max(VECTOR_LANES, self.epilogue_lanes))
 
     def attn_rows(self, head_dim: int) -> int:
         """Rows the attention products use at once (the KV cache's banks): as asked, or by default all of them
@@ -84,7 +88,7 @@ def plan_from_report(report: dict) -> HardwarePlan:
     """The plan a build folder was compiled with, from its report.json."""
     return HardwarePlan(rows=int(report["rows"]), lanes=int(report["lanes"]), storage=report["storage"],
                         attention_rows=report.get("attention_rows"), softmax_lanes=int(report.get("softmax_lanes", 1)),
-                        dsp_rows=report.get("dsp_rows"))
+                        dsp_rows=report.get("dsp_rows"), epilogue_lanes=int(report.get("epilogue_lanes", 1)))
 
 
 @dataclass(frozen=True)
@@ -98,23 +102,32 @@ class Phase:
     latency: int  # the part of `cycles` that is fixed latency, not work: what is left with unlimited MACs
 
 
-def matvec_cycles(rows: int, cols: int, group: int, plan: HardwarePlan) -> int:
+def matvec_cycles(rows: int, cols: int, group: int, plan: HardwarePlan, width: int = 1) -> int:
     """Cycles of one matrix-vector product on the engine, `group` rows at a time.
 
-    A group takes `chunks` cycles in the row units, and hands its rows on one per cycle; the
-    engine waits when a group has more rows than it has chunks (rtl/row_serializer.py).
+    A group takes `chunks` cycles in the row units, and hands its rows on `width` per cycle; the
+    engine waits when a group needs more hand-over beats than it has chunks (rtl/row_serializer.py).
     """
     chunks = plan.chunks(cols)
     groups = -(-rows // group)
     last = rows - (groups - 1) * group
-    return chunks + (groups - 1) * max(chunks, group) + last + MV_OVERHEAD
+    return chunks + (groups - 1) * max(chunks, -(-group // width)) + -(-last // width) + MV_OVERHEAD
 
 
 def _matvec(kind: str, name: str, rows: int, cols: int, group: int, plan: HardwarePlan, macs: bool = True,
-            drain: int = 0) -> Phase:
-    """A product phase; `drain`: cycles its destination needs after the last row (the up projection's table)."""
-    return Phase(kind, name, rows * cols if macs else 0, matvec_cycles(rows, cols, group, plan) + drain,
+            drain: int = 0, width: int = 1) -> Phase:
+    """A product phase; `drain`: cycles its destination needs after the last row (the up projection's table);
+    `width`: rows per cycle through the epilogue."""
+    return Phase(kind, name, rows * cols if macs else 0, matvec_cycles(rows, cols, group, plan, width) + drain,
                  MV_OVERHEAD + 2 + drain)
+
+
+def epilogue_width(qm: QModel, plan: HardwarePlan, site: str) -> int:
+    """Rows per cycle through the epilogue for projection `site` ("q", ..., "head"): the plan's epilogue lanes,
+    but one for V (its cache is banked by channel) and for a LoRA-adapted projection (its B t term)."""
+    if site == "v" or (site in qm.lora.sites and qm.lora.rank):
+        return 1
+    return plan.epilogue_lanes
 
 
 def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
@@ -140,7 +153,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
         for site in ("q", "k", "v"):
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
-            phases.append(_matvec("matvec", f"{prefix}.{site}", *getattr(layer, site).codes.shape, rows, plan))
+            phases.append(_matvec("matvec", f"{prefix}.{site}", *getattr(layer, site).codes.shape, rows, plan,
+                                  width=epilogue_width(qm, plan, site)))
         k_cycles = next(p.cycles for p in reversed(phases) if p.name == f"{prefix}.k")
         v_cycles = phases[-1].cycles
         if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs
@@ -162,11 +176,12 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, lin.codes.shape[1], 1, plan,
                                       macs=False))
             drain = (2 if cfg.activation == "silu_glu" else 1) if site == "up" else 0  # the MLP's table after the rows
-            phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain))
+            phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain,
+                                  width=epilogue_width(qm, plan, site)))
             if site == "o":
                 phases.append(Phase("norm", f"{prefix}.mlp_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
     phases.append(Phase("norm", "final_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
-    phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan))
+    phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, 2, 2))  # the argmax's last compare, then the token goes out
     phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed
     return phases

@@ -123,3 +123,35 @@ def test_activations_reject_bad_tables(component, name):
         component(table.reshape(2, 128))
     with pytest.raises(ValueError, match=rf"^{name} must hold integers, got 0.5$"):
         component([0.5] * 256)
+
+
+def test_one_unit_serves_every_layer_table():
+    """Three tables in one unit: `site` picks each value's table (every code, sites in turn)."""
+    tables = [silu_table(0.05), silu_table(0.11), torch.tensor(CODES[::-1])]
+    gelus = [gelu_table(0.05, 0.04, False), gelu_table(0.09, 0.03, True), torch.tensor(CODES)]
+    rng = random.Random(9)
+    for site in range(3):
+        glu_dut, lookup_dut = Glu(*tables), TableLookup(*gelus)
+        ups = [rng.choice(UPS) for _ in CODES]
+
+        def at_site(dut, payloads, site=site):
+            got: list[object] = []
+
+            async def producer(ctx):
+                ctx.set(dut.site, site)
+                await send(ctx, dut.i, payloads, rng, idle=0.2)
+
+            async def consumer(ctx):
+                got.extend(await receive(ctx, dut.o, len(payloads), rng, stall=0.3))
+
+            run(dut, producer, consumer)
+            return got
+
+        got = at_site(glu_dut, [{"gate": g, "up": u} for g, u in zip(CODES, ups, strict=True)])
+        assert got == glu(torch.tensor(CODES), torch.tensor(ups), tables[site]).tolist()
+        assert at_site(lookup_dut, CODES) == lookup(torch.tensor(CODES), gelus[site]).tolist()
+
+
+def test_activations_refuse_no_table():
+    with pytest.raises(ValueError, match=r"^silu_table: at least one table is needed$"):
+        Glu()

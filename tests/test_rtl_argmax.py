@@ -17,6 +17,20 @@ def reference(values: list[int]) -> int:
     return int(blocks.argmax(torch.tensor(values, dtype=torch.int64)[None, :])[0])
 
 
+def beats(rows: list[list[int]], lanes: int, rng: random.Random | None = None, junk: int = 0) -> list[dict]:
+    """Each row in beats of 1..lanes values (random sizes when rng is given, else full); the unused lanes hold
+    `junk` (the largest value: it would win if counted)."""
+    out = []
+    for row in rows:
+        start = 0
+        while start < len(row):
+            size = min(len(row) - start, rng.randint(1, lanes) if rng is not None else lanes)
+            values = row[start:start + size] + [junk] * (lanes - size)
+            out.append({"values": values, "count": size, "last": int(start + size == len(row))})
+            start += size
+    return out
+
+
 def simulate(dut: Argmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
              stall: float = 0.0) -> tuple[list[int], int]:
     """Send the rows back to back; -> (one index per row, overflow flag at the end)."""
@@ -24,8 +38,7 @@ def simulate(dut: Argmax, rows: list[list[int]], rng: random.Random | None = Non
     overflow: list[int] = []
 
     async def producer(ctx):
-        await send(ctx, dut.i, [{"value": v, "last": int(t == len(r) - 1)} for r in rows for t, v in enumerate(r)],
-                   rng, idle=idle)
+        await send(ctx, dut.i, beats(rows, dut.lanes, rng, (1 << (dut.value_bits - 1)) - 1), rng, idle=idle)
 
     async def consumer(ctx):
         got.extend(await receive(ctx, dut.o, len(rows), rng, stall=stall))
@@ -38,7 +51,8 @@ def simulate(dut: Argmax, rows: list[list[int]], rng: random.Random | None = Non
     return got, overflow[0]
 
 
-def test_argmax_edge_rows():
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_argmax_edge_rows(lanes):
     """Ties at several positions go to the lowest; all equal; negatives; a single value; max last; int32 ends."""
     rng = random.Random(0)
     lo, hi = -(1 << 31), (1 << 31) - 1
@@ -46,14 +60,14 @@ def test_argmax_edge_rows():
         [3, 7, 1, 7, 7, 0], [7, 3, 7], [1, 2, 9, 9], [5] * 8, [-5, -3, -9, -3, -4], [-1], [0], [hi],
         [1, 2, 3, 4, 5, 6, 7, 8], [lo, lo, lo + 1], [lo] * 4, [hi, lo, hi], [lo, hi - 1, hi], [-1, lo, 0, -1],
     ]
-    got, overflow = simulate(Argmax(32, 8), rows, rng, idle=0.3, stall=0.4)
+    got, overflow = simulate(Argmax(32, 8, lanes), rows, rng, idle=0.3, stall=0.4)
     assert got == [reference(r) for r in rows]
     assert got == [1, 0, 2, 0, 1, 0, 0, 0, 7, 2, 0, 0, 2, 2]
     assert overflow == 0
 
 
-@pytest.mark.parametrize("value_bits,max_count", [(32, 100), (8, 13), (2, 5)])
-def test_argmax_random_rows(value_bits, max_count):
+@pytest.mark.parametrize("value_bits,max_count,lanes", [(32, 100, 1), (8, 13, 1), (2, 5, 1), (32, 100, 8), (8, 13, 2)])
+def test_argmax_random_rows(value_bits, max_count, lanes):
     """Random rows of 1..max_count values from a small range (many ties) and the full range."""
     rng = random.Random(value_bits * max_count)
     lo, hi = -(1 << (value_bits - 1)), (1 << (value_bits - 1)) - 1
@@ -61,7 +75,7 @@ def test_argmax_random_rows(value_bits, max_count):
     for k in range(30):
         a, b = (lo, hi) if k % 2 else (max(lo, -3), min(hi, 3))
         rows.append([rng.randint(a, b) for _ in range(rng.randint(1, max_count))])
-    got, _ = simulate(Argmax(value_bits, max_count), rows, rng, idle=0.2, stall=0.3)
+    got, _ = simulate(Argmax(value_bits, max_count, lanes), rows, rng, idle=0.2, stall=0.3)
     assert got == [reference(r) for r in rows]
 
 
@@ -74,8 +88,7 @@ def test_argmax_one_value_per_cycle():
     emitted: list[tuple[int, int]] = []
 
     async def producer(ctx):
-        await send_timed(ctx, dut.i, [{"value": v, "last": int(t == len(r) - 1)} for r in rows for t, v in enumerate(r)],
-                         accepted)
+        await send_timed(ctx, dut.i, beats(rows, 1), accepted)
 
     async def consumer(ctx):
         await receive_timed(ctx, dut.o, len(rows), emitted)
@@ -85,15 +98,16 @@ def test_argmax_one_value_per_cycle():
     assert emitted == [(4, 1), (5, 0), (10, 2)]
 
 
-def test_argmax_overflow():
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_argmax_overflow(lanes):
     """A row longer than max_count: its first max_count values decide, the rest are ignored, `overflow` is set;
     the rows after it are unaffected."""
     rng = random.Random(7)
     rows = [[1, 2], [4, 3, 2, 1, 99, 100], [0, 0, 0, 5], [7]]
-    got, overflow = simulate(Argmax(8, 4), rows, rng, idle=0.2, stall=0.3)
+    got, overflow = simulate(Argmax(8, 4, lanes), rows, rng, idle=0.2, stall=0.3)
     assert got == [1, 0, 3, 0]
     assert overflow == 1
-    got, overflow = simulate(Argmax(8, 4), [[1, 2, 3, 4]])
+    got, overflow = simulate(Argmax(8, 4, lanes), [[1, 2, 3, 4]])
     assert (got, overflow) == ([3], 0)  # exactly max_count values is not an overflow
 
 
@@ -108,7 +122,27 @@ def test_argmax_rejects_bad_arguments():
         Argmax(0, 8)
     with pytest.raises(ValueError, match=r"^max_count must be at least 1, got 0$"):
         Argmax(32, 0)
+    with pytest.raises(ValueError, match=r"^lanes must be an int from 1 to 64, got 0$"):
+        Argmax(32, 8, 0)
 
 
 def test_argmax_converts_to_verilog():
     assert "module argmax" in verilog.convert(Argmax(32, 50257), name="argmax")
+
+
+def test_wide_argmax_one_beat_per_cycle():
+    """Four lanes: rows of full beats back to back, the index taken one cycle after the row's last beat."""
+    dut = Argmax(16, 16, 4)
+    rows = [[1, 5, 2, 5, 0, 9, 9, 3], [9, 1, 1, 1], [4, 4, 8, 0, 8, 8, 8, 8]]
+    accepted: list[int] = []
+    emitted: list[tuple[int, int]] = []
+
+    async def producer(ctx):
+        await send_timed(ctx, dut.i, beats(rows, 4), accepted)
+
+    async def consumer(ctx):
+        await receive_timed(ctx, dut.o, len(rows), emitted)
+
+    run(dut, producer, consumer)
+    assert accepted == list(range(1, 6))
+    assert emitted == [(3, 5), (4, 0), (6, 2)]

@@ -118,8 +118,41 @@ def test_fit_counts_dsp_and_shift_add_lanes():
     assert attention.shift_add_luts == 2 * 16 * SHIFT_ADD_LUT4_PER_LANE[8]  # rows that read the int8 KV cache
     huge = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=64, lanes=16, attention_rows=1, dsp_rows=0), label="x")
     luts = 63 * 16 * SHIFT_ADD_LUT4_PER_LANE[6] + 16 * SHIFT_ADD_LUT4_PER_LANE[8]
-    assert f"x needs about {luts:,} LUT4s for its shift-add MAC lanes, more than the 25% of the ULX3S-85F's 83,640 " \
-           f"that the rest of the decoder leaves them; use fewer rows or lanes" in huge.problems()
+    assert f"x needs about {luts:,} LUT4s for its shift-add MAC lanes and extra epilogue lanes, more than the 25% " \
+           f"of the ULX3S-85F's 83,640 that the rest of the decoder leaves them; use fewer rows, lanes or epilogue " \
+           f"lanes" in huge.problems()
     plan, fit, _ = choose_plan(qm, ULX3S_85F, "rom")
-    assert fit.dsp_lanes + OTHER_DSPS <= 156 and not fit.problems()
-    assert plan.dsp_rows is None or plan.dsp_rows == (156 - OTHER_DSPS) // plan.lanes
+    assert fit.dsp_lanes + fit.other_dsps <= 156 and not fit.problems()
+    assert plan.dsp_rows is None or plan.dsp_rows == (156 - fit.other_dsps) // plan.lanes
+
+
+def test_fit_counts_the_epilogue_lanes():
+    """Each epilogue lane past the first takes multipliers and LUT4s (measured allowances) and an activation table;
+    --rows auto offers the epilogue that keeps up with the engine beside the single lane."""
+    from random_ir import random_ir
+
+    from hardwire.boards.parts import (
+        EPILOGUE_LANE_DSPS,
+        EPILOGUE_LANE_LUT4,
+        OTHER_DSPS,
+        ULX3S_85F,
+        balanced_epilogue,
+        candidate_plans,
+        estimate_model,
+    )
+    from hardwire.quant.quantize import quantize
+    from hardwire.rtl.plan import HardwarePlan
+
+    qm = quantize(random_ir(family="llama", d=32, heads=2, kv_heads=2, ffn=48, vocab=40, context=32, layers=2),
+                  "mixed36", context=32)
+    one = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=8, dsp_rows=4), label="x")
+    four = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=8, dsp_rows=4, epilogue_lanes=4), label="x")
+    assert (one.other_dsps, four.other_dsps) == (OTHER_DSPS, OTHER_DSPS + 3 * EPILOGUE_LANE_DSPS)
+    assert four.extra_luts - one.extra_luts == 3 * EPILOGUE_LANE_LUT4
+    tables = [[mem.name for mem in fit.memories if mem.name.startswith("act_table")] for fit in (one, four)]
+    assert tables == [["act_table0"], ["act_table0", "act_table1", "act_table2", "act_table3"]]
+    assert all(mem.depth == 2 * 256 for mem in four.memories if mem.name.startswith("act_table"))  # both layers
+    # d 32 on 8 lanes is 4 chunks: 8 rows need 2 rows per cycle, 4 rows one, 32 rows 8 (at most lanes)
+    assert [balanced_epilogue(qm, rows, 8) for rows in (4, 8, 16, 32, 64)] == [1, 2, 4, 8, 8]
+    offered = {(p.rows, p.lanes, p.epilogue_lanes) for p in candidate_plans(qm, "rom")}
+    assert {(8, 8, 1), (8, 8, 2)} <= offered and (8, 8, 4) not in offered

@@ -70,7 +70,18 @@ async def _receive_elements(ctx, dut: NormUnit, count: int, rng, stall: float) -
     return got
 
 
-def _check(kind: str, d: int, extreme: bool, idle: float, stall: float, lanes: int = 1) -> None:
+def _beats(vector: list[int], in_lanes: int, wide: bool = True) -> list[dict]:
+    """A vector as the unit's input beats: full beats of in_lanes elements (the last may be short), or single
+    elements; the unused lanes hold a value that would show if it were counted."""
+    step = in_lanes if wide else 1
+    out = []
+    for start in range(0, len(vector), step):
+        values = vector[start:start + step]
+        out.append({"values": values + [HI] * (in_lanes - len(values)), "count": len(values)})
+    return out
+
+
+def _check(kind: str, d: int, extreme: bool, idle: float, stall: float, lanes: int = 1, in_lanes: int = 1) -> None:
     """Stream every test vector back to back through one NormUnit and compare with blocks.norm."""
     rng = random.Random(f"{kind}-{d}-{extreme}")
     eps_q = 1 if extreme else _eps_q(d, kind)
@@ -89,11 +100,12 @@ def _check(kind: str, d: int, extreme: bool, idle: float, stall: float, lanes: i
     if extreme:
         assert -128 in want and 127 in want
 
-    dut = NormUnit(d, kind, [NormSite(eps_q, mult, shift)], lanes=lanes)
+    dut = NormUnit(d, kind, [NormSite(eps_q, mult, shift)], lanes=lanes, in_lanes=in_lanes)
     got: list[int] = []
 
-    async def producer(ctx):
-        await send(ctx, dut.i, [v for row in vectors for v in row], rng, idle=idle)
+    async def producer(ctx):  # vectors alternate between full beats and single elements
+        await send(ctx, dut.i, [b for n, row in enumerate(vectors) for b in _beats(row, in_lanes, n % 2 == 0)], rng,
+                   idle=idle)
 
     async def consumer(ctx):
         got.extend(await _receive_elements(ctx, dut, len(vectors), rng, stall))
@@ -103,10 +115,11 @@ def _check(kind: str, d: int, extreme: bool, idle: float, stall: float, lanes: i
 
 
 @pytest.mark.parametrize("extreme", [False, True], ids=["realistic", "extreme"])
-@pytest.mark.parametrize("d,lanes", [(8, 1), (32, 1), (48, 1), (32, 4), (20, 8)])
+@pytest.mark.parametrize("d,lanes,in_lanes", [(8, 1, 1), (32, 1, 1), (48, 1, 1), (32, 4, 1), (20, 8, 1), (32, 8, 4),
+                                               (20, 8, 8), (12, 4, 2)])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_norm_matches_reference(kind, d, lanes, extreme):
-    _check(kind, d, extreme, idle=0.2, stall=0.3, lanes=lanes)
+def test_norm_matches_reference(kind, d, lanes, in_lanes, extreme):
+    _check(kind, d, extreme, idle=0.2, stall=0.3, lanes=lanes, in_lanes=in_lanes)
 
 
 @pytest.mark.parametrize("kind", ["rms", "layer"])
@@ -127,7 +140,7 @@ def test_one_unit_serves_several_norm_sites(kind):
     async def bench(ctx):
         for n, vector in enumerate(vectors):
             ctx.set(dut.site, n % 3)
-            await send(ctx, dut.i, vector, rng, idle=0.2)
+            await send(ctx, dut.i, _beats(vector, 1), rng, idle=0.2)
             got.extend(await _receive_elements(ctx, dut, 1, rng, 0.3))
 
     run(dut, bench)
@@ -155,7 +168,7 @@ def test_norm_cycles_per_vector(kind, lanes):
     produced: list[int] = []  # cycle of each taken output
 
     async def producer(ctx):
-        await send_timed(ctx, dut.i, [v for row in xs for v in row], accepted)
+        await send_timed(ctx, dut.i, [b for row in xs for b in _beats(row, 1)], accepted)
 
     async def consumer(ctx):
         ctx.set(dut.o.ready, 1)

@@ -72,45 +72,60 @@ def test_bank_rows_pads_a_short_bank_with_zero_rows():
     assert bank_rows(codes, 4, 3).tolist() == [[6, 7], [0, 0]]
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8])
-def test_row_serializer_hands_on_the_first_count_values_in_order(rows):
-    rng = random.Random(rows)
+@pytest.mark.parametrize(("rows", "lanes", "wide"), [(1, 1, 0), (3, 1, 0), (8, 1, 1), (8, 4, 0), (8, 4, 1), (4, 4, 1)])
+def test_row_serializer_hands_on_the_first_count_values_in_order(rows, lanes, wide):
+    """Beats of min(left, lanes) rows when wide, else of one: together the first `count` values of each group."""
+    rng = random.Random(rows * 10 + lanes + wide)
     groups = []
     for _ in range(20):
         count = rng.randint(1, rows)
         values = [rng.randint(-(1 << 39), (1 << 39) - 1) for _ in range(rows)]
         groups.append((values, count))
-    want = [v for values, count in groups for v in values[:count]]
-    dut = RowSerializer(rows, 40)
+    step = lanes if wide else 1
+    want = []  # (values, count) of each beat
+    for values, count in groups:
+        for start in range(0, count, step):
+            want.append((values[start:start + min(step, count - start)], min(step, count - start)))
+    dut = RowSerializer(rows, 40, lanes)
     got = []
 
     async def producer(ctx):
+        ctx.set(dut.wide, wide)
         await send(ctx, dut.i, [{"values": values, "count": count} for values, count in groups], rng, idle=0.3)
 
     async def consumer(ctx):
         got.extend(await receive(ctx, dut.o, len(want), rng, stall=0.3))
 
     run(dut, producer, consumer)
-    assert got == want
+    assert [([int(v) for v in beat.values][:beat.count], int(beat.count)) for beat in got] == want
 
 
-def test_row_serializer_keeps_up_one_value_per_cycle():
-    """A full group arriving as the last value of the previous one leaves: no bubble between groups."""
-    dut = RowSerializer(4, 16)
+@pytest.mark.parametrize(("lanes", "wide"), [(1, 0), (4, 0), (2, 1)])
+def test_row_serializer_keeps_up_one_beat_per_cycle(lanes, wide):
+    """A full group arriving as the last beat of the previous one leaves: no bubble between groups."""
+    dut = RowSerializer(4, 16, lanes)
+    step = lanes if wide else 1
+    beats = 12 // step
     taken = []
 
     async def producer(ctx):
+        ctx.set(dut.wide, wide)
         await send(ctx, dut.i, [{"values": [g * 4 + k for k in range(4)], "count": 4} for g in range(3)])
 
     async def consumer(ctx):
         ctx.set(dut.o.ready, 1)
         cycle = 0
-        while len(taken) < 12:
+        while len(taken) < beats:
             _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
             cycle += 1
             if valid:
-                taken.append((cycle, payload))
+                taken.append((cycle, [int(v) for v in payload.values][:step]))
 
     run(dut, producer, consumer)
-    assert [v for _, v in taken] == list(range(12))
-    assert [c for c, _ in taken] == list(range(taken[0][0], taken[0][0] + 12))
+    assert [v for _, beat in taken for v in beat] == list(range(12))
+    assert [c for c, _ in taken] == list(range(taken[0][0], taken[0][0] + beats))
+
+
+def test_row_serializer_refuses_lanes_that_do_not_divide_rows():
+    with pytest.raises(ValueError, match=r"lanes must be a power of two that divides rows \(4\), got 3"):
+        RowSerializer(4, 16, 3)
