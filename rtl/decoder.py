@@ -27,7 +27,7 @@ from .banked_vector import BankedVector
 from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
-from .plan import KV_BITS, HardwarePlan, epilogue_width, kv_layer_words, row_code_bits, weight_formats
+from .plan import KV_BITS, HardwarePlan, epilogue_width, kv_layer_words, row_code_bits, score_beat, weight_formats
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
@@ -267,7 +267,8 @@ class Decoder(wiring.Component):
         # one softmax for every layer (one head runs at a time), with each layer's scale: its score buffer and
         # exponent tables exist once, so several softmax lanes cost block RAM once, not per layer
         m.submodules.softmax = softmax = Softmax(ctx, [layer.sm_mult for layer in qm.layers],
-                                                 [layer.sm_shift for layer in qm.layers], lanes=self.plan.softmax_lanes)
+                                                 [layer.sm_shift for layer in qm.layers], lanes=self.plan.softmax_lanes,
+                                                 in_lanes=score_beat(self.plan, hd))
         acts = []  # one activation unit per epilogue lane, holding every layer's table (layer_sel picks)
         for e in range(wide):
             unit = (Glu if gated else TableLookup)(*(layer.act_table for layer in qm.layers))
@@ -439,9 +440,9 @@ class Decoder(wiring.Component):
         # destinations take runs of consecutive elements (BankedVector, lane-group writes), so rows stay in order
         row_in = Signal.like(mv_rows)  # rows that entered the rescale
         row_out = Signal.like(mv_rows)  # rows that left it
-        step = Signal(range(wide + 1))  # rows per full beat
+        step = Signal(range(wide + 1))  # rows per full beat: a group (attention rows) may be narrower than `wide`
         beat = Signal(range(wide + 1))  # rows in the beat leaving the rescale: every beat is full but the last
-        m.d.comb += [step.eq(Mux(mv_wide, wide, 1)),
+        m.d.comb += [step.eq(Mux(mv_wide, Mux(mv_group < wide, mv_group, wide), 1)),
                      beat.eq(Mux(mv_rows - row_out < step, mv_rows - row_out, step))]
         bias = [Signal(signed(acc_bits), name=f"bias{e}") for e in range(wide)]
         mult = [Signal(15, name=f"mult{e}") for e in range(wide)]
@@ -452,7 +453,7 @@ class Decoder(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
         with m.If(mv_mode == Mode.SCORES):
-            m.d.comb += [mult[0].eq(1 << 14), shift[0].eq(14)]  # identity: scores pass unchanged
+            m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
         with m.Elif(mv_mode == Mode.PV):
             m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
         with m.Elif(mv_mode == Mode.LORA_A), m.Switch(lora_sel):
@@ -479,7 +480,7 @@ class Decoder(wiring.Component):
             m.d.sync += [row_in.eq(0), row_out.eq(0)]
 
         ys = [unit.o.payload for unit in rescales]  # rescale(acc), clamped to int32 (the reference leaves it unsaturated)
-        y = ys[0]
+
         # LoRA: delta = round_shift((B t16)[row] * b_mult, b_shift), added before the output saturation.
         # Rows leave in order, so the delta of each is prefetched through two registers (B t16, then
         # the scaled and shifted delta) ahead of its row: the B read, the rank products, the multiply
@@ -557,9 +558,10 @@ class Decoder(wiring.Component):
                         m.d.comb += [unit.i.payload.gate.eq(gate_rd.run[e]), unit.i.payload.up.eq(y8[e])]
                     else:
                         m.d.comb += unit.i.payload.eq(y8[e])
-            with m.Case(Mode.SCORES):
+            with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
                 m.d.comb += [softmax.i.valid.eq(rescale.o.valid), dest_ready.eq(softmax.i.ready),
-                             softmax.i.payload.score.eq(y), softmax.i.payload.last.eq(row_out == mv_rows - 1)]
+                             softmax.i.payload.count.eq(beat), softmax.i.payload.last.eq(row_out + beat == mv_rows)]
+                m.d.comb += [softmax.i.payload.scores[e].eq(ys[e]) for e in range(softmax.in_lanes)]
             with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
                 element = Signal(range(qdim))
                 m.d.comb += [dest_ready.eq(1), element.eq(head * hd + row_out),
@@ -606,7 +608,8 @@ class Decoder(wiring.Component):
                      mv_row_stride.eq(chunks if stride is None else stride),
                      mv_act_base.eq(act_base), mv_attn.eq(name_or_mode in (Mode.SCORES, Mode.PV)), lora_on.eq(0)]
             site = name_or_mode.rsplit(".", 1)[-1] if matrix else None
-            stmts.append(mv_wide.eq(matrix and epilogue_width(qm, self.plan, site) > 1))
+            wide_scores = name_or_mode == Mode.SCORES and score_beat(self.plan, cfg.head_dim) > 1
+            stmts.append(mv_wide.eq(wide_scores or (matrix and epilogue_width(qm, self.plan, site) > 1)))
             if matrix:
                 stmts += [mv_tensor.eq(list(linears).index(name_or_mode)), mv_format.eq(bank_of[name_or_mode])]
             return _Start(stmts, name_or_mode, chunks, src)
@@ -894,7 +897,7 @@ class Decoder(wiring.Component):
         """Elements first .. first + count - 1 into a memory of `lanes`-element words: a run of len(values) (which
         divides lanes) starts at a multiple of len(values), or holds one element, so it never crosses a word."""
         width = len(values)
-        offset = Signal(range(lanes), name="run_offset")
+        offset = Signal(range(max(2, lanes)), name="run_offset")
         m.d.comb += [offset.eq(first % lanes), port.addr.eq(first // lanes),
                      port.en.eq(Mux(en, ((1 << count) - 1) << offset, 0))]
         with m.Switch(offset % width if width > 1 else 0):

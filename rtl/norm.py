@@ -255,7 +255,7 @@ class NormUnit(wiring.Component):
         with m.FSM():
             with m.State("LOAD"):
                 beat, in_lanes = self.i.payload, self.in_lanes
-                first = Signal(range(lanes), name="first_lane")  # the word lane of the beat's first element
+                first = Signal(range(max(2, lanes)), name="first_lane")  # the word lane of the beat's first element
                 m.d.comb += [self.i.ready.eq(1), first.eq(j % lanes), x_wr.addr.eq(j // lanes)]
                 real = [Signal(name=f"real{e}") for e in range(in_lanes)]  # values[e] is an element
                 m.d.comb += [real[e].eq(e < beat.count) for e in range(in_lanes)]

@@ -122,6 +122,13 @@ def _matvec(kind: str, name: str, rows: int, cols: int, group: int, plan: Hardwa
                  MV_OVERHEAD + 2 + drain)
 
 
+def score_beat(plan: HardwarePlan, head_dim: int) -> int:
+    """Scores per cycle into the softmax: a group of attention rows passes the epilogue in beats of min(epilogue
+    lanes, attention rows), when that fits a word of the softmax's lanes; else one at a time."""
+    beat = min(plan.epilogue_lanes, plan.attn_rows(head_dim))
+    return beat if plan.softmax_lanes % beat == 0 else 1
+
+
 def epilogue_width(qm: QModel, plan: HardwarePlan, site: str) -> int:
     """Rows per cycle through the epilogue for projection `site` ("q", ..., "head"): the plan's epilogue lanes,
     but one for V (its cache is banked by channel) and for a LoRA-adapted projection (its B t term)."""
@@ -164,7 +171,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
         else:
             phases.append(Phase("copy", f"{prefix}.rope", 0, (cfg.n_heads + cfg.n_kv_heads) * hd + 3, 3))  # q, k into place
         for h in range(cfg.n_heads):
-            phases.append(_matvec("scores", f"{prefix}.head{h}.scores", n, hd, attn, plan))
+            phases.append(_matvec("scores", f"{prefix}.head{h}.scores", n, hd, attn, plan,
+                                  width=plan.epilogue_lanes if score_beat(plan, hd) > 1 else 1))
             words = -(-n // plan.softmax_lanes)  # the scores load while SCORES runs; then the exponent and output passes
             phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + 22, 22))
             phases.append(_matvec("pv", f"{prefix}.head{h}.pv", hd, n, attn, plan))

@@ -5,7 +5,8 @@
 
 The maximum is only known after the whole row, so the row is buffered (written once, read twice):
 
-1. LOAD: accept the scores (one per cycle), store them (`lanes` to a word), track the maximum.
+1. LOAD: accept the scores (a beat of up to `in_lanes` per cycle), store them (`lanes` to a word),
+   track the maximum.
 2. EXP: read a word of scores back per cycle, compute each z (a constant multiply, pipelined, on
    only as many bits of best - score as can stay below the table's saturation), look EXP up (a
    registered case table per lane), write the e_t over the scores they came from (one memory, not two) and
@@ -15,7 +16,7 @@ The maximum is only known after the whole row, so the row is buffered (written o
 4. OUT: read a word of e_t back per cycle and stream a word of p_t, honouring backpressure.
 
 Cycles per row of n scores in w = ceil(n / lanes) words, without idle input or backpressure:
-n + 2 * w + 21 from one row's first score accepted to the next row's first score accepted (n in
+b + 2 * w + 21 from one row's first beat accepted to the next row's first beat accepted (b beats in
 LOAD, w + 3 in EXP, 18 in DIV: hand-over, 16 divider steps, take; w in OUT). The first word of
 probabilities is taken w + 24 cycles after the row's last score was accepted, then one per cycle
 (the last 2 * w + 23 cycles after it); the next row is accepted while the last two words drain.
@@ -51,8 +52,11 @@ E_BITS = EXP_BITS + 1  # EXP[0] = 2**15 needs 16 unsigned bits
 P_BITS = 16  # Q15 probability, 0..2**15
 
 
-def score_layout(score_bits: int) -> data.StructLayout:
-    return data.StructLayout({"score": signed(score_bits), "last": 1})
+def score_layout(score_bits: int, in_lanes: int = 1) -> data.StructLayout:
+    """A beat of a row's scores: `count` of them in scores[0..count), in order; `last` ends the row. A beat starts
+    at a multiple of its size within the row (the decoder's epilogue hands aligned beats), or holds one score."""
+    return data.StructLayout({"scores": data.ArrayLayout(signed(score_bits), in_lanes), "count": range(1, in_lanes + 1),
+                              "last": 1})
 
 
 def prob_layout(lanes: int = 1) -> data.StructLayout:
@@ -75,7 +79,7 @@ class Softmax(wiring.Component):
     """
 
     def __init__(self, max_len: int, sm_mult: int | Sequence[int], sm_shift: int | Sequence[int], score_bits: int = 32,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, in_lanes: int = 1) -> None:
         if max_len < 1:
             self._MustUse__silence = True  # a refused component is not an unused one
             raise ValueError(f"max_len must be at least 1, got {max_len}")
@@ -98,15 +102,18 @@ class Softmax(wiring.Component):
         if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
             self._MustUse__silence = True
             raise ValueError(f"lanes must be an int from 1 to 64, got {lanes!r}")
+        if isinstance(in_lanes, bool) or not isinstance(in_lanes, int) or in_lanes < 1 or lanes % in_lanes:
+            self._MustUse__silence = True
+            raise ValueError(f"in_lanes must be an int that divides lanes ({lanes}), got {in_lanes!r}")
         self.max_len = max_len
         self.sm_mult = sm_mult
         self.sm_shift = sm_shift
         self.sites = list(zip(mults, shifts, strict=True))  # (mult, shift) per site
         self.score_bits = score_bits
-        self.lanes = lanes
+        self.lanes, self.in_lanes = lanes, in_lanes
         super().__init__({
             "site": In(range(max(2, len(self.sites)))),  # whose constants this row uses (ignored with one site)
-            "i": In(stream.Signature(score_layout(score_bits))),
+            "i": In(stream.Signature(score_layout(score_bits, in_lanes))),
             "o": Out(stream.Signature(prob_layout(lanes))),
             "overflow": Out(1),  # sticky: some row had more than max_len scores
         })
@@ -207,17 +214,30 @@ class Softmax(wiring.Component):
 
         with m.FSM():
             with m.State("LOAD"):
+                beat, in_lanes = self.i.payload, self.in_lanes
                 m.d.comb += self.i.ready.eq(1)
+                # the beat's scores that are kept (the row's first max_len), and the largest of them
+                kept = [Signal(name=f"kept{e}") for e in range(in_lanes)]
+                m.d.comb += [kept[e].eq((e < beat.count) & (count + e < n_max)) for e in range(in_lanes)]
+                top = beat.scores[0]
+                for e in range(1, in_lanes):
+                    top = Mux(kept[e] & (beat.scores[e] > top), beat.scores[e], top)
+                first = Signal(range(max(2, lanes)), name="first_lane")  # the word lane of the beat's first score
+                m.d.comb += [first.eq(count % lanes), wr.addr.eq(count // lanes)]
+                with m.Switch(first % in_lanes if in_lanes > 1 else 0):  # lane k takes scores[k - first]
+                    for offset in range(in_lanes):
+                        with m.Case(offset):
+                            m.d.comb += [wr.data[k].eq(beat.scores[(k - offset) % in_lanes]) for k in range(lanes)]
+                kept_mask = Cat(*kept)
                 with m.If(self.i.valid):
-                    with m.If(count < n_max):
-                        m.d.comb += [wr.addr.eq(count // lanes), wr.en.eq(1 << (count % lanes))]
-                        m.d.comb += [wr.data[k].eq(self.i.payload.score) for k in range(lanes)]
-                        m.d.sync += count.eq(count + 1)
-                        with m.If((count == 0) | (self.i.payload.score > best)):
-                            m.d.sync += best.eq(self.i.payload.score)
-                    with m.Else():
+                    with m.If(kept[0]):
+                        m.d.comb += wr.en.eq(kept_mask << first)
+                        m.d.sync += count.eq(count + sum(kept[e] for e in range(in_lanes)))
+                        with m.If((count == 0) | (top > best)):
+                            m.d.sync += best.eq(top)
+                    with m.If(count + beat.count > n_max):
                         m.d.sync += self.overflow.eq(1)  # dropped
-                    with m.If(self.i.payload.last):
+                    with m.If(beat.last):
                         m.d.sync += [exp_addr.eq(0), wr_addr.eq(0), total.eq(0)]
                         m.next = "EXP"
 

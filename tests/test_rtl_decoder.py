@@ -41,15 +41,16 @@ def reference_outputs(qm, feed: list[tuple[int, bool]], generate: int) -> list[i
     ("gpt2", "int8", 4, 2, "logic", {"softmax_lanes": 2}),
     ("llama", "mixed36", 2, 8, "rom", {"softmax_lanes": 4, "attention_rows": 1, "dsp_rows": 1}),
     ("llama", "int8", 8, 2, "rom", {"attention_rows": 2, "dsp_rows": 0}),
-    ("llama", "mixed36", 8, 8, "rom", {"epilogue_lanes": 8, "attention_rows": 2}),
+    ("llama", "mixed36", 8, 8, "rom", {"epilogue_lanes": 8, "attention_rows": 2, "softmax_lanes": 4}),
     ("gpt2", "int8", 4, 2, "logic", {"epilogue_lanes": 2, "softmax_lanes": 2}),
 ])
 def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options):
     """rows 4 divides the head width 8 (attention on all rows); the others run attention on 1 of 2 and 2 of 8 rows;
-    two run the softmax's passes on several lanes; the last two multiply by shift-add on some rows: 6-bit mixed36
-    codes on row 1 of 2, and every row of 8 (8-bit codes, K and V included); the last two hand 8 and 2 rows per
-    cycle through the epilogue (at 8: a short last beat of the 20 logits and of the 8-row q and k groups... the
-    last group of the head holds 4 rows). (MXFP4 and attention on one of 16 rows: the cocotb cycle test.)"""
+    the softmax's passes run on several lanes; two shapes multiply by shift-add on some rows: 6-bit mixed36 codes on
+    row 1 of 2, and every row of 8 (8-bit codes, K and V included); the last two hand 8 and 2 rows per cycle
+    through the epilogue (at 8 the head's last group of the 20 logits is a short beat of 4; the scores of 2
+    attention rows reach the 4-lane softmax in beats of two; the GLU and GELU tables in beats), with the adapted
+    q and v one row per cycle. (MXFP4: the cocotb cycle test.)"""
     qm = _qmodel(family, scheme)
     dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
     feed = [(3, True), (7, False), (1, False)]

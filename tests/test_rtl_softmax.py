@@ -26,6 +26,18 @@ def reference(scores: list[int], sm_mult: int, sm_shift: int) -> list[int]:
     return blocks.softmax(row, torch.ones(1, n, dtype=torch.bool), sm_mult, sm_shift, EXP, "t")[0].tolist()
 
 
+def beats(row: list[int], in_lanes: int, wide: bool = True, junk: int = S32_MAX) -> list[dict]:
+    """A row as the unit's input beats: full beats of in_lanes scores from the row's start (the last may be
+    short), or one score each; unused lanes hold `junk` (the largest score: it would show if it were counted)."""
+    step = in_lanes if wide else 1
+    out = []
+    for start in range(0, len(row), step):
+        part = row[start:start + step]
+        out.append({"scores": part + [junk] * (in_lanes - len(part)), "count": len(part),
+                    "last": int(start + len(part) == len(row))})
+    return out
+
+
 def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = None, idle: float = 0.0,
              stall: float = 0.0) -> tuple[list[list[int]], int]:
     """Send the rows back to back; -> (probabilities grouped by `last`, overflow flag at the end).
@@ -38,7 +50,8 @@ def simulate(dut: Softmax, rows: list[list[int]], rng: random.Random | None = No
     overflow: list[int] = []
 
     async def producer(ctx):
-        payloads = [{"score": s, "last": int(t == len(r) - 1)} for r in rows for t, s in enumerate(r)]
+        junk = (1 << (dut.score_bits - 1)) - 1
+        payloads = [b for k, r in enumerate(rows) for b in beats(r, dut.in_lanes, k % 2 == 0, junk)]
         await send(ctx, dut.i, payloads, rng, idle=idle)
 
     async def consumer(ctx):
@@ -86,13 +99,16 @@ def test_softmax_edge_rows():
         assert row == [((1 << 15) * recip + (1 << 14)) >> 15] * n
 
 
-@pytest.mark.parametrize("max_len,seed,lanes", [(16, 1, 1), (12, 2, 1), (1, 3, 1), (16, 7, 4), (13, 8, 8), (5, 9, 8)])
-def test_softmax_random_rows(max_len, seed, lanes):
-    """Random rows of 1..max_len scores at realistic multipliers: scores spread so that z covers 0..255."""
+@pytest.mark.parametrize("max_len,seed,lanes,in_lanes", [(16, 1, 1, 1), (12, 2, 1, 1), (1, 3, 1, 1), (16, 7, 4, 1),
+                                                        (13, 8, 8, 1), (5, 9, 8, 1), (16, 10, 4, 4), (13, 11, 8, 2),
+                                                        (12, 12, 8, 8)])
+def test_softmax_random_rows(max_len, seed, lanes, in_lanes):
+    """Random rows of 1..max_len scores at realistic multipliers: scores spread so that z covers 0..255; with
+    in_lanes > 1 every other row comes in full beats, the others a score at a time."""
     rng = random.Random(seed)
     for scale in (1e-3, 1.7e-2, 1e-1):
         mult, shift = multiplier(scale)
-        dut = Softmax(max_len, mult, shift, lanes=lanes)
+        dut = Softmax(max_len, mult, shift, lanes=lanes, in_lanes=in_lanes)
         spread = round(160 / scale)  # z = delta * scale reaches 255 and beyond
         rows = [[rng.randint(-spread, spread) for _ in range(rng.randint(1, max_len))] for _ in range(6)]
         rows.append([rng.randint(-spread // 20, spread // 20) for _ in range(max_len)])  # close scores: many e > 0
@@ -119,7 +135,7 @@ def test_softmax_sites_use_their_own_constants(lanes):
         ctx.set(dut.o.ready, 1)
         for site, row in zip(order, rows, strict=True):
             ctx.set(dut.site, site)  # held until the row's probabilities are out
-            await send(ctx, dut.i, [{"score": s, "last": int(t == len(row) - 1)} for t, s in enumerate(row)], rng)
+            await send(ctx, dut.i, beats(row, 1), rng)
             words = await receive(ctx, dut.o, -(-len(row) // lanes), rng, stall=0.3)
             got.append([int(p) for word in words for p in word.probs][:len(row)])
 
@@ -158,32 +174,39 @@ def test_softmax_overflow():
     assert got == [reference(r[:4], mult, shift) for r in rows]
     _, overflow = simulate(Softmax(4, mult, shift), [[1, 2, 3, 4]])
     assert overflow == 0  # exactly max_len scores is not an overflow
+    wide = Softmax(6, mult, shift, lanes=4, in_lanes=4)  # a beat that is partly kept: scores 5 and 6 of 8
+    got, overflow = simulate(wide, [[*long, 77, -77], [3]], rng, idle=0.2, stall=0.3)
+    assert (got, overflow) == ([reference(long, mult, shift), reference([3], mult, shift)], 1)
 
 
-@pytest.mark.parametrize("n,lanes", [(1, 1), (5, 1), (16, 1), (5, 4), (16, 4), (13, 8)])
-def test_softmax_cycles_per_row(n, lanes):
-    """No idle input, output always ready: a row of w = ceil(n / lanes) words takes n + 2 * w + 21 cycles; the
-    first word of probabilities is taken w + 24 cycles after the row's last score was accepted, then one per cycle."""
-    dut = Softmax(16, *multiplier(0.01), lanes=lanes)
+@pytest.mark.parametrize("n,lanes,in_lanes", [(1, 1, 1), (5, 1, 1), (16, 1, 1), (5, 4, 1), (16, 4, 1), (13, 8, 1),
+                                              (16, 4, 4), (13, 8, 4)])
+def test_softmax_cycles_per_row(n, lanes, in_lanes):
+    """No idle input, output always ready: a row of b = ceil(n / in_lanes) beats and w = ceil(n / lanes) words
+    takes b + 2 * w + 21 cycles; the first word of probabilities is taken w + 24 cycles after the row's last beat
+    was accepted, then one per cycle."""
+    dut = Softmax(16, *multiplier(0.01), lanes=lanes, in_lanes=in_lanes)
     w = -(-n // lanes)
     rows = 3
     accepted: list[int] = []
     taken: list[tuple[int, object]] = []
 
     async def producer(ctx):
-        await send_timed(ctx, dut.i, [{"score": k, "last": int(k % n == n - 1)} for k in range(rows * n)], accepted)
+        payloads = [b for r in range(rows) for b in beats(list(range(r * n, (r + 1) * n)), in_lanes)]
+        await send_timed(ctx, dut.i, payloads, accepted)
 
     async def consumer(ctx):
         await receive_timed(ctx, dut.o, rows * w, taken)
 
     run(dut, producer, consumer)
+    b = -(-n // in_lanes)
     emitted = [cycle for cycle, _ in taken]
-    firsts = accepted[::n]
-    assert [b - a for a, b in itertools.pairwise(firsts)] == [n + 2 * w + 21] * (rows - 1)
-    assert accepted[:n] == list(range(1, n + 1))  # one score per cycle
-    assert emitted[:w] == list(range(n + w + 24, n + 2 * w + 24))  # one word of probabilities per cycle
-    assert emitted[0] - accepted[n - 1] == w + 24
-    assert emitted[w - 1] > accepted[n]  # the next row is accepted while the last probabilities drain
+    firsts = accepted[::b]
+    assert [y - x for x, y in itertools.pairwise(firsts)] == [b + 2 * w + 21] * (rows - 1)
+    assert accepted[:b] == list(range(1, b + 1))  # one beat per cycle
+    assert emitted[:w] == list(range(b + w + 24, b + 2 * w + 24))  # one word of probabilities per cycle
+    assert emitted[0] - accepted[b - 1] == w + 24
+    assert emitted[w - 1] > accepted[b]  # the next row is accepted while the last probabilities drain
 
 
 def test_softmax_rejects_bad_arguments():
@@ -198,6 +221,8 @@ def test_softmax_rejects_bad_arguments():
     ]:
         with pytest.raises(ValueError, match=f"^{message}$"):
             Softmax(*args)
+    with pytest.raises(ValueError, match=r"^in_lanes must be an int that divides lanes \(4\), got 3$"):
+        Softmax(8, 1 << 14, 20, lanes=4, in_lanes=3)
     with pytest.raises(ValueError, match=r"^score_bits must be between 1 and 64, got 0$"):
         Softmax(8, 1 << 14, 20, score_bits=0)
 

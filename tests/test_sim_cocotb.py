@@ -232,14 +232,14 @@ def test_icarus_decodes_the_reference_tokens(small_build):
 @pytest.mark.parametrize("family,scheme,rows,lanes,options", [
     ("llama", "mixed36", 4, 4, {}),
     ("gpt2", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4, "dsp_rows": 5}),
-    ("llama", "int8", 16, 2, {"epilogue_lanes": 2}),
+    ("llama", "int8", 16, 2, {"epilogue_lanes": 2, "attention_rows": 2, "softmax_lanes": 2}),
 ])
 def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, scheme, rows, lanes, options):
     """The schedule (rtl/plan.py) predicts every token's cycles exactly, at every position, for several shapes
-    of the engine: attention on all 4 rows (4 divides the head width 8), on 2 of 8, on one of 16 (16 does not
-    divide 8); 8 rows over 4 chunks make the engine wait for the epilogue; a softmax on 4 lanes; the last 3 of
-    those 8 rows multiply 5-bit MXFP4 codes by shift-add; the 16 rows hand their sums on two per cycle (the
-    40 logits, the residual and the GLU in beats of two), in the Verilog that Verilator runs."""
+    of the engine: attention on all 4 rows (4 divides the head width 8), on 2 of 8, on 2 of 16; 8 rows over 4
+    chunks make the engine wait for the epilogue; a softmax on 4 lanes; the last 3 of those 8 rows multiply 5-bit
+    MXFP4 codes by shift-add; the 16 rows hand their sums on two per cycle (the 40 logits, the residual, the GLU
+    and the scores into the softmax in beats of two), in the Verilog that Verilator runs."""
     from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
     ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24)
