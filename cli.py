@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "fabric (default: all rows on DSPs; --rows auto chooses)")
     comp.add_argument("--epilogue-lanes", type=int, default=1,
                       help="output rows per cycle through bias, rescale and destination, a power of two dividing "
-                           "--rows and --lanes (default 1; V, attention and LoRA-adapted projections take one; "
+                           "--rows and --lanes (default 1; the attention outputs and LoRA A take one; "
                            "--rows auto chooses)")
     comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
                       help="rom: memories with init (block RAM); logic: constant tables (gates)")

@@ -319,7 +319,7 @@ class Decoder(wiring.Component):
             m.submodules[f"lora_a{n}"], m.submodules[f"lora_b{n}"] = a_mem, b_mem
             self.memories[f"lora_a{n}"], self.memories[f"lora_b{n}"] = a_mem, b_mem
             a_rd.append(a_mem.read_port())
-            b_rd.append(b_mem.read_port(domain="comb"))
+            b_rd.append([b_mem.read_port(domain="comb") for _ in range(self.plan.epilogue_lanes)])  # one per lane
             a_wr, b_wr = a_mem.write_port(granularity=1), b_mem.write_port(granularity=1)
             # A[j, k] at a_base + j * a_stride + k -> word j * c_in + k // lanes, lane k % lanes
             a_off = Signal(range(rank * slot.a_stride), name=f"lora{n}_a_off")
@@ -485,23 +485,19 @@ class Decoder(wiring.Component):
         # Rows leave in order, so the delta of each is prefetched through two registers (B t16, then
         # the scaled and shifted delta) ahead of its row: the B read, the rank products, the multiply
         # by b_mult and the shift are then off the epilogue's path (they limited Fmax to 16 MHz on ECP5).
-        delta = Signal(signed(66))
-        if slots:
-            b_word = Signal(data.ArrayLayout(signed(8), rank))
+        delta = [Signal(signed(66), name=f"delta{e}") for e in range(wide)]
+        if slots:  # per epilogue lane: lane e's delta is that of row prefetch_row + e of the beat
+            b_words = [Signal(data.ArrayLayout(signed(8), rank), name=f"b_word{e}") for e in range(wide)]
             b_mult, b_shift = Signal(15), Signal(6)
-            prefetch_row = Signal.like(row_out)  # the next row whose B t16 is formed
-            for port in b_rd:
-                m.d.comb += port.addr.eq(prefetch_row)
+            prefetch_row = Signal.like(row_out)  # the first row of the next beat whose B t16 is formed
+            for ports in b_rd:
+                m.d.comb += [port.addr.eq(prefetch_row + e) for e, port in enumerate(ports)]
             with m.Switch(lora_sel):
-                for n, (port, regs) in enumerate(zip(b_rd, lora_regs, strict=True)):
+                for n, (ports, regs) in enumerate(zip(b_rd, lora_regs, strict=True)):
                     with m.Case(n):
-                        m.d.comb += [b_word.eq(port.data), b_mult.eq(regs["b_mult"]), b_shift.eq(regs["b_shift"])]
-            low = Signal(signed(8 + 16 + rank.bit_length() + 1))
-            m.d.comb += low.eq(sum(b_word[j] * t16[j] for j in range(rank)))
-            low_reg, low_full = Signal.like(low), Signal()  # stage 1: B t16 of row prefetch_row - 1
-            delta_reg, delta_full = Signal.like(delta), Signal()  # stage 2: the delta of row row_out
-            product = Signal(signed(len(low) + 16))
-            m.d.comb += product.eq(low_reg * b_mult)
+                        m.d.comb += [b_mult.eq(regs["b_mult"]), b_shift.eq(regs["b_shift"])]
+                        m.d.comb += [b_words[e].eq(port.data) for e, port in enumerate(ports)]
+            low_full, delta_full = Signal(), Signal()  # stage 1 (B t16 of the beat ahead), stage 2 (its deltas)
             half = Mux(b_shift == 0, 0, Const(1, 1) << (b_shift - 1)[:6])
             consumed = Signal()
             m.d.comb += consumed.eq(rescale.o.valid & rescale.o.ready)
@@ -511,17 +507,26 @@ class Decoder(wiring.Component):
                 m.d.sync += [prefetch_row.eq(0), low_full.eq(0), delta_full.eq(0)]
             with m.Else():
                 with m.If(move):
-                    m.d.sync += [delta_reg.eq((product + half) >> b_shift), delta_full.eq(1)]
+                    m.d.sync += delta_full.eq(1)
                 with m.Elif(consumed):
                     m.d.sync += delta_full.eq(0)
                 with m.If(~low_full | move):
-                    m.d.sync += [low_reg.eq(low), low_full.eq(1), prefetch_row.eq(prefetch_row + 1)]
-            m.d.comb += delta.eq(Mux(lora_on, delta_reg, 0))
+                    m.d.sync += [low_full.eq(1), prefetch_row.eq(prefetch_row + step)]
+            for e in range(wide):
+                low = Signal(signed(8 + 16 + rank.bit_length() + 1), name=f"low{e}")
+                m.d.comb += low.eq(sum(b_words[e][j] * t16[j] for j in range(rank)))
+                low_reg, delta_reg = Signal.like(low, name=f"low_reg{e}"), Signal.like(delta[e], name=f"delta_reg{e}")
+                product = Signal(signed(len(low) + 16), name=f"lora_product{e}")
+                m.d.comb += [product.eq(low_reg * b_mult), delta[e].eq(Mux(lora_on, delta_reg, 0))]
+                with m.If(~mv_start & move):
+                    m.d.sync += delta_reg.eq((product + half) >> b_shift)
+                with m.If(~mv_start & (~low_full | move)):
+                    m.d.sync += low_reg.eq(low)
         y8 = [Signal(signed(8), name=f"y8_{e}") for e in range(wide)]
         y16 = [Signal(signed(16), name=f"y16_{e}") for e in range(wide)]
-        for e in range(wide):  # the LoRA term joins lane 0 only: adapted projections run one row per beat
+        for e in range(wide):  # each lane adds its row's LoRA term
             y_sum = Signal(signed(68), name=f"y_sum{e}")
-            m.d.comb += [y_sum.eq(ys[e] + delta if e == 0 else ys[e]), y8[e].eq(_saturate(y_sum, 8)),
+            m.d.comb += [y_sum.eq(ys[e] + delta[e]), y8[e].eq(_saturate(y_sum, 8)),
                          y16[e].eq(_saturate(y_sum, 16))]
         # a residual update (O, DOWN) streams each beat of new elements straight into the next norm unit as well
         resid_new = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]
@@ -537,10 +542,10 @@ class Decoder(wiring.Component):
                 m.d.comb += dest_ready.eq(1)
                 for vec, mode in ((raw_q, Mode.Q), (raw_k, Mode.K)):
                     self._run_into(m, vec, row_out, y8, beat, took & (mv_mode == mode))
-            with m.Case(Mode.V):  # transposed: row j of head g, column = position
+            with m.Case(Mode.V):  # transposed: row j of head g, column = position; a beat's channels in distinct banks
                 m.d.comb += dest_ready.eq(1)
-                self._bank_write(m, v_wr, row_out, layer_sel * v_layer + (row_out // attn_rows) * c_ctx +
-                                 position // lanes, position % lanes, y8[0], took)
+                self._beat_bank_write(m, v_wr, row_out, layer_sel * v_layer + (row_out // attn_rows) * c_ctx +
+                                      position // lanes, position % lanes, y8, beat, took)
             with m.Case(Mode.RESID):
                 m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), resid_took.eq(took),
                              resid_beat.eq(beat)]
@@ -904,6 +909,22 @@ class Decoder(wiring.Component):
             for rotation in range(width):
                 with m.Case(rotation):
                     m.d.comb += [port.data[k].eq(values[(k - rotation) % width]) for k in range(lanes)]
+
+    @staticmethod
+    def _beat_bank_write(m: Module, ports: list, first: object, addr: object, lane: object, values: list,
+                         count: object, en: object) -> None:
+        """Elements first .. first + count - 1 into lane `lane` of word `addr` of banks first % len(ports) on: a beat
+        of at most len(ports) elements that starts at a multiple of its width, so it lies in one word of each bank."""
+        banks = len(ports)
+        bits = (banks - 1).bit_length()
+        for b, port in enumerate(ports):
+            e = Signal(range(max(2, banks)), name=f"beat_lane{b}")  # the beat's element that bank b takes
+            m.d.comb += e.eq((b + banks - first[:bits])[:bits] if banks > 1 else 0)
+            value = values[0]
+            for k in range(1, min(banks, len(values))):
+                value = Mux(e == k, values[k], value)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(Mux(en & (e < count), 1 << lane, 0))]
+            m.d.comb += [port.data[j].eq(value) for j in range(len(port.data))]
 
     @staticmethod
     def _bank_write(m: Module, ports: list, index: object, addr: object, lane: object, value: object,

@@ -34,7 +34,7 @@ class HardwarePlan:
     dsp_rows: int | None = None  # row units whose lane products are hard multipliers (DSP blocks); the rest multiply
     #                              by shift-add in the fabric (rtl/mac_array.py). None: all of them
     epilogue_lanes: int = 1  # output rows per cycle through bias, rescale and destination (q, k, residual, gate,
-    #                          GLU, argmax); V, attention, LoRA A and LoRA-adapted projections take one
+    #                          GLU, argmax, LoRA B t, V when E <= attention rows); PV and LoRA A take one
 
     @property
     def shape(self) -> str:
@@ -130,9 +130,10 @@ def score_beat(plan: HardwarePlan, head_dim: int) -> int:
 
 
 def epilogue_width(qm: QModel, plan: HardwarePlan, site: str) -> int:
-    """Rows per cycle through the epilogue for projection `site` ("q", ..., "head"): the plan's epilogue lanes,
-    but one for V (its cache is banked by channel) and for a LoRA-adapted projection (its B t term)."""
-    if site == "v" or (site in qm.lora.sites and qm.lora.rank):
+    """Rows per cycle through the epilogue for projection `site` ("q", ..., "head"): the plan's epilogue lanes;
+    for V as many only when they are at most the attention rows (its transposed cache is banked by channel over
+    them, so a beat's channels must fall in distinct banks), else one."""
+    if site == "v" and plan.epilogue_lanes > plan.attn_rows(qm.config.head_dim):
         return 1
     return plan.epilogue_lanes
 

@@ -49,8 +49,9 @@ def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options
     the softmax's passes run on several lanes; two shapes multiply by shift-add on some rows: 6-bit mixed36 codes on
     row 1 of 2, and every row of 8 (8-bit codes, K and V included); the last two hand 8 and 2 rows per cycle
     through the epilogue (at 8 the head's last group of the 20 logits is a short beat of 4; the scores of 2
-    attention rows reach the 4-lane softmax in beats of two; the GLU and GELU tables in beats), with the adapted
-    q and v one row per cycle. (MXFP4: the cocotb cycle test.)"""
+    attention rows reach the 4-lane softmax in beats of two; the GLU and GELU tables in beats; the LoRA terms of
+    the adapted q and v per lane; V in beats of two over 4 attention rows at 2 lanes, one at a time over 2 at 8).
+    (MXFP4: the cocotb cycle test.)"""
     qm = _qmodel(family, scheme)
     dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
     feed = [(3, True), (7, False), (1, False)]

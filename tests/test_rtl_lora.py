@@ -62,7 +62,8 @@ def test_zero_adapter_is_the_base_model(family, lanes):
 @pytest.mark.parametrize("family,lanes,storage,shape", [("llama", 4, "rom", {}), ("gpt2", 2, "logic", {}),
                                                         ("llama", 8, "logic", {"rows": 4, "epilogue_lanes": 4})])
 def test_random_adapters_match_the_reference(family, lanes, storage, shape):
-    """The last: 4 rows per cycle through the epilogue, but one for the adapted projections (their B t term)."""
+    """The last: 4 rows per cycle through the epilogue, each lane adding its own row's B t term (V too: 4
+    attention rows)."""
     qm = _qmodel(family)
     adapters = random_adapters(qm, 5)
     expected = _reference(qm, adapters)
