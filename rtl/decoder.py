@@ -122,9 +122,10 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
     for site in qm.lora.sites:
         if qm.lora.rank and any(getattr(layer, site, None) is None for layer in qm.layers):
             raise ValueError(f"LoRA site {site!r} is not a projection of every layer of this model")
-    if softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
+    if isinstance(softmax_lanes, bool) or softmax_lanes not in [1 << k for k in range(7)] or lanes % softmax_lanes:
         raise ValueError(f"softmax lanes must be a power of two that divides lanes ({lanes}), got {softmax_lanes!r}")
-    if epilogue_lanes not in [1 << k for k in range(7)] or rows % epilogue_lanes or lanes % epilogue_lanes:
+    if (isinstance(epilogue_lanes, bool) or epilogue_lanes not in [1 << k for k in range(7)] or rows % epilogue_lanes
+            or lanes % epilogue_lanes):
         raise ValueError(f"epilogue lanes must be a power of two that divides rows ({rows}) and lanes ({lanes}), "
                          f"got {epilogue_lanes!r}")
 

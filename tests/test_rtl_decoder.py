@@ -139,3 +139,11 @@ def test_new_sequence_full_context_and_bad_token():
     assert seen["bad"] is None and seen["bad_flag"] == 1
     assert seen["full"] is None and seen["full_flag"] == 1 and seen["position"] == qm.context
     assert seen["after_reset"] == first[0] and seen["flags_after_reset"] == (0, 0)
+
+
+def test_decoder_rejects_epilogue_lanes_it_cannot_use():
+    qm = _qmodel("llama", "int8")
+    for epilogue_lanes in (0, 3, 8, True):  # not a power of two; 8 does not divide rows 4 (nor lanes 4)
+        with pytest.raises(ValueError, match=rf"^epilogue lanes must be a power of two that divides rows \(4\) and "
+                                             rf"lanes \(4\), got {epilogue_lanes!r}$"):
+            Decoder(qm, rows=4, lanes=4, epilogue_lanes=epilogue_lanes)
