@@ -28,12 +28,13 @@ from .lora_map import RESET, lora_addr_bits, lora_address_map
 from .mac_array import MacArray
 from .norm import NormSite, NormUnit
 from .plan import KV_BITS, HardwarePlan, epilogue_width, kv_layer_words, row_code_bits, score_beat, weight_formats
-from .rescale import Rescale
+from .rescale import Rescale, saturate
 from .rope import Rope
 from .row_serializer import RowSerializer
 from .softmax import Softmax
 from .weight_banks import WeightBanks
 from .weight_store import WeightStore
+from .word_runs import write_run
 
 ACT_BITS = 17  # MAC activations: int8 and int16 values, and Q15 probabilities up to 32768
 MAX_LORA_RANK = 64  # LoRA B t: one multiplier per rank, all in the epilogue
@@ -69,12 +70,6 @@ class Source(enum.Enum, shape=3):
     HID = 1  # MLP hidden
     Q = 2  # rotated q
     PROBS = 3  # softmax probabilities
-
-
-def _saturate(value: object, bits: int) -> object:
-    """value clamped to the signed `bits`-bit range."""
-    hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
-    return Mux(value > hi, hi, Mux(value < lo, lo, value))
 
 
 class _Reader:
@@ -504,31 +499,32 @@ class Decoder(wiring.Component):
             m.d.comb += consumed.eq(rescale.o.valid & rescale.o.ready)
             move = Signal()
             m.d.comb += move.eq(low_full & (~delta_full | consumed))
+            lows, low_regs, delta_regs = [], [], []  # per lane: B t16 now, stage 1, stage 2
+            for e in range(wide):
+                low = Signal(signed(8 + 16 + rank.bit_length() + 1), name=f"low{e}")
+                m.d.comb += low.eq(sum(b_words[e][j] * t16[j] for j in range(rank)))
+                lows.append(low)
+                low_regs.append(Signal.like(low, name=f"low_reg{e}"))
+                delta_regs.append(Signal.like(delta[e], name=f"delta_reg{e}"))
+                m.d.comb += delta[e].eq(Mux(lora_on, delta_regs[e], 0))
             with m.If(mv_start):  # t16, lora_sel and the B scales are final when a projection starts
                 m.d.sync += [prefetch_row.eq(0), low_full.eq(0), delta_full.eq(0)]
             with m.Else():
                 with m.If(move):
-                    m.d.sync += delta_full.eq(1)
+                    m.d.sync += [delta_full.eq(1),
+                                 *(d_reg.eq(((l_reg * b_mult) + half) >> b_shift)
+                                   for d_reg, l_reg in zip(delta_regs, low_regs, strict=True))]
                 with m.Elif(consumed):
                     m.d.sync += delta_full.eq(0)
                 with m.If(~low_full | move):
-                    m.d.sync += [low_full.eq(1), prefetch_row.eq(prefetch_row + step)]
-            for e in range(wide):
-                low = Signal(signed(8 + 16 + rank.bit_length() + 1), name=f"low{e}")
-                m.d.comb += low.eq(sum(b_words[e][j] * t16[j] for j in range(rank)))
-                low_reg, delta_reg = Signal.like(low, name=f"low_reg{e}"), Signal.like(delta[e], name=f"delta_reg{e}")
-                product = Signal(signed(len(low) + 16), name=f"lora_product{e}")
-                m.d.comb += [product.eq(low_reg * b_mult), delta[e].eq(Mux(lora_on, delta_reg, 0))]
-                with m.If(~mv_start & move):
-                    m.d.sync += delta_reg.eq((product + half) >> b_shift)
-                with m.If(~mv_start & (~low_full | move)):
-                    m.d.sync += low_reg.eq(low)
+                    m.d.sync += [low_full.eq(1), prefetch_row.eq(prefetch_row + step),
+                                 *(l_reg.eq(low) for l_reg, low in zip(low_regs, lows, strict=True))]
         y8 = [Signal(signed(8), name=f"y8_{e}") for e in range(wide)]
         y16 = [Signal(signed(16), name=f"y16_{e}") for e in range(wide)]
         for e in range(wide):  # each lane adds its row's LoRA term
             y_sum = Signal(signed(68), name=f"y_sum{e}")
-            m.d.comb += [y_sum.eq(ys[e] + delta[e]), y8[e].eq(_saturate(y_sum, 8)),
-                         y16[e].eq(_saturate(y_sum, 16))]
+            m.d.comb += [y_sum.eq(ys[e] + delta[e]), y8[e].eq(saturate(y_sum, 8)),
+                         y16[e].eq(saturate(y_sum, 16))]
         # a residual update (O, DOWN) streams each beat of new elements straight into the next norm unit as well
         resid_new = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]
         resid_took, resid_beat = Signal(), Signal(range(wide + 1))
@@ -551,7 +547,7 @@ class Decoder(wiring.Component):
                 m.d.comb += [dest_ready.eq(norm_in_ready), resid_rd.addr.eq(row_out), resid_took.eq(took),
                              resid_beat.eq(beat)]
                 for e in range(wide):
-                    m.d.comb += resid_new[e].eq(_saturate(resid_rd.run[e] + y16[e], 16))
+                    m.d.comb += resid_new[e].eq(saturate(resid_rd.run[e] + y16[e], 16))
                 self._run_into(m, resid, row_out, resid_new, beat, took)
             with m.Case(Mode.GATE):
                 m.d.comb += dest_ready.eq(1)
@@ -592,7 +588,7 @@ class Decoder(wiring.Component):
         hid_valid, hid_beat = Signal(), Signal(range(wide + 1))
         m.d.comb += [hid_valid.eq(acts[0].o.valid),
                      hid_beat.eq(Mux(mv_rows - hid_count < step, mv_rows - hid_count, step))]
-        self._lane_run_write(m, wr["hid"], hid_count, [unit.o.payload for unit in acts], hid_beat, hid_valid, lanes)
+        write_run(m, wr["hid"], hid_count, [unit.o.payload for unit in acts], hid_beat, hid_valid, lanes)
         with m.If(hid_valid):
             m.d.sync += hid_count.eq(hid_count + hid_beat)
         with m.If(mv_start):
@@ -878,7 +874,7 @@ class Decoder(wiring.Component):
                 if position:
                     total = Signal(signed(18), name=f"{prefix.lower()}_sum")
                     m.d.comb += [resid_rd.addr.eq(emb_o), total.eq(resid_rd.data + rescale.o.payload),
-                                 written.eq(_saturate(total, 16))]
+                                 written.eq(saturate(total, 16))]
                 else:
                     m.d.comb += written.eq(rescale.o.payload)
                 m.d.comb += [resid.wr_base.eq(emb_o), resid.wr_values[0].eq(written), resid.wr_count.eq(1),
@@ -898,20 +894,6 @@ class Decoder(wiring.Component):
         m.d.comb += [vector.wr_values[e].eq(values[e]) for e in range(len(values))]
 
     @staticmethod
-    def _lane_run_write(m: Module, port: object, first: object, values: list, count: object, en: object,
-                        lanes: int) -> None:
-        """Elements first .. first + count - 1 into a memory of `lanes`-element words: a run of len(values) (which
-        divides lanes) starts at a multiple of len(values), or holds one element, so it never crosses a word."""
-        width = len(values)
-        offset = Signal(range(max(2, lanes)), name="run_offset")
-        m.d.comb += [offset.eq(first % lanes), port.addr.eq(first // lanes),
-                     port.en.eq(Mux(en, ((1 << count) - 1) << offset, 0))]
-        with m.Switch(offset % width if width > 1 else 0):
-            for rotation in range(width):
-                with m.Case(rotation):
-                    m.d.comb += [port.data[k].eq(values[(k - rotation) % width]) for k in range(lanes)]
-
-    @staticmethod
     def _beat_bank_write(m: Module, ports: list, first: object, addr: object, lane: object, values: list,
                          count: object, en: object) -> None:
         """Elements first .. first + count - 1 into lane `lane` of word `addr` of banks first % len(ports) on: a beat
@@ -927,21 +909,12 @@ class Decoder(wiring.Component):
             m.d.comb += [port.addr.eq(addr), port.en.eq(Mux(en & (e < count), 1 << lane, 0))]
             m.d.comb += [port.data[j].eq(value) for j in range(len(port.data))]
 
-    @staticmethod
-    def _bank_write(m: Module, ports: list, index: object, addr: object, lane: object, value: object,
-                    en: object) -> None:
-        """One element into lane `lane` of word `addr` of bank `index % len(ports)` (the others do not write)."""
-        for b, port in enumerate(ports):
-            hit = en if len(ports) == 1 else en & (index % len(ports) == b)
-            m.d.comb += [port.addr.eq(addr), port.en.eq(Mux(hit, 1 << lane, 0))]
-            m.d.comb += [port.data[j].eq(value) for j in range(len(port.data))]
-
     def _k_write(self, m: Module, k_wr: list, layer_sel: Signal, position: Signal, el: object, val: object,
                  en: object, c_kv: int) -> None:
         """One element of k (after RoPE) into this layer's K cache at `position` (bank position % attn_rows)."""
         k_layer = kv_layer_words(self.qm, self.plan)[0]
-        self._bank_write(m, k_wr, position, layer_sel * k_layer + (position // self.attn_rows) * c_kv +
-                         el // self.lanes, el % self.lanes, val, en)
+        self._beat_bank_write(m, k_wr, position, layer_sel * k_layer + (position // self.attn_rows) * c_kv +
+                              el // self.lanes, el % self.lanes, [val], 1, en)
 
     def _rope_writes(self, m: Module, lanes: int, c_kv: int, is_k: Signal, en: Signal, el: Signal, val: Signal,
                      q_wr: object, k_wr: list, layer_sel: Signal, position: Signal) -> None:

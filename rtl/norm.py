@@ -22,6 +22,7 @@ from amaranth.lib.wiring import In, Out
 from ..quant.fixedpoint import MAX_SHIFT, bits_for
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, rsqrt_table
 from .rescale import MULT_BITS, SHIFT_BITS, Rescale
+from .word_runs import write_run
 
 X_BITS = 16  # the int16 residual
 T_BITS = 17  # t = u / sqrt(ss) in Q15, slightly past 2**15 (§4)
@@ -255,16 +256,10 @@ class NormUnit(wiring.Component):
         with m.FSM():
             with m.State("LOAD"):
                 beat, in_lanes = self.i.payload, self.in_lanes
-                first = Signal(range(max(2, lanes)), name="first_lane")  # the word lane of the beat's first element
-                m.d.comb += [self.i.ready.eq(1), first.eq(j % lanes), x_wr.addr.eq(j // lanes)]
+                m.d.comb += self.i.ready.eq(1)
                 real = [Signal(name=f"real{e}") for e in range(in_lanes)]  # values[e] is an element
                 m.d.comb += [real[e].eq(e < beat.count) for e in range(in_lanes)]
-                # lane k of the word takes values[k - first]: beats are aligned to in_lanes, or one element
-                with m.Switch(first % in_lanes if in_lanes > 1 else 0):
-                    for offset in range(in_lanes):
-                        with m.Case(offset):
-                            m.d.comb += [x_wr.data[k].eq(beat.values[(k - offset) % in_lanes]) for k in range(lanes)]
-                m.d.comb += x_wr.en.eq(Mux(self.i.valid, ((1 << beat.count) - 1) << first, 0))
+                write_run(m, x_wr, j, beat.values, beat.count, self.i.valid, lanes)
                 if not layer:
                     m.d.comb += [sq_in[e].eq(Mux(real[e], beat.values[e], 0)) for e in range(in_lanes)]
                     m.d.comb += sq_in_valid.eq(self.i.valid)

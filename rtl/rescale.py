@@ -7,12 +7,18 @@ result per cycle, stalled as a whole when the output is not taken.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Elaboratable, Module, Signal, signed, unsigned
+from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 MULT_BITS = 15
 SHIFT_BITS = 6
+
+
+def saturate(value: Value, bits: int) -> Value:
+    """value clamped to the signed `bits`-bit range (the saturation every block of the datapath applies)."""
+    hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
+    return Mux(value > hi, hi, Mux(value < lo, lo, value))
 
 
 def rescale_layout(value_bits: int) -> data.StructLayout:
@@ -61,11 +67,5 @@ class Rescale(wiring.Component):
                 rounded.eq((product + half) >> shift),
                 self.o.valid.eq(r_valid),
             ]
-            lo, hi = -(1 << (self.out_bits - 1)), (1 << (self.out_bits - 1)) - 1
-            with m.If(rounded > hi):
-                m.d.sync += self.o.payload.eq(hi)
-            with m.Elif(rounded < lo):
-                m.d.sync += self.o.payload.eq(lo)
-            with m.Else():
-                m.d.sync += self.o.payload.eq(rounded)
+            m.d.sync += self.o.payload.eq(saturate(rounded, self.out_bits))
         return m

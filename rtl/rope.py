@@ -12,10 +12,12 @@ import numbers
 from collections.abc import Sequence
 
 import torch
-from amaranth.hdl import Elaboratable, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Elaboratable, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .rescale import saturate
 
 ROPE_BITS = 14  # cos/sin in Q14 (quant/tables.py)
 TABLE_BITS = 16  # cos/sin in [-2**14, 2**14]: +2**14 itself occurs and does not fit int15
@@ -111,12 +113,8 @@ class Rope(wiring.Component):
                 a.eq(x1 * cos_rd.data - x2 * sin_rd.data + half_unit),
                 b.eq(x2 * cos_rd.data + x1 * sin_rd.data + half_unit),
                 self.o.valid.eq(r_valid),
-                self.o.payload.y1.eq(_saturate8(y1)),
-                self.o.payload.y2.eq(_saturate8(y2)),
+                self.o.payload.y1.eq(saturate(y1, 8)),  # a rotation can leave int8 (up to |y| = 256)
+                self.o.payload.y2.eq(saturate(y2, 8)),
             ]
         return m
 
-
-def _saturate8(value: Value) -> Value:
-    """clamp(value, -128, 127): a rotation can leave int8 (up to |y| = 256)."""
-    return Mux(value > 127, 127, Mux(value < -128, -128, value))

@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..quant.tables import EXP_BITS, PROB_BITS, RECIP_BITS, exp_table
 from .reciprocal import Reciprocal
+from .word_runs import write_run
 
 MULT_BITS = 15  # sm_mult is an unsigned 15-bit multiplier (docs/numerics.md §1)
 MAX_SHIFT = 62
@@ -222,17 +223,12 @@ class Softmax(wiring.Component):
                 top = beat.scores[0]
                 for e in range(1, in_lanes):
                     top = Mux(kept[e] & (beat.scores[e] > top), beat.scores[e], top)
-                first = Signal(range(max(2, lanes)), name="first_lane")  # the word lane of the beat's first score
-                m.d.comb += [first.eq(count % lanes), wr.addr.eq(count // lanes)]
-                with m.Switch(first % in_lanes if in_lanes > 1 else 0):  # lane k takes scores[k - first]
-                    for offset in range(in_lanes):
-                        with m.Case(offset):
-                            m.d.comb += [wr.data[k].eq(beat.scores[(k - offset) % in_lanes]) for k in range(lanes)]
-                kept_mask = Cat(*kept)
+                n_kept = Signal(range(in_lanes + 1))  # the kept scores are a prefix of the beat
+                m.d.comb += n_kept.eq(sum(kept[e] for e in range(in_lanes)))
+                write_run(m, wr, count, beat.scores, n_kept, self.i.valid & kept[0], lanes)
                 with m.If(self.i.valid):
                     with m.If(kept[0]):
-                        m.d.comb += wr.en.eq(kept_mask << first)
-                        m.d.sync += count.eq(count + sum(kept[e] for e in range(in_lanes)))
+                        m.d.sync += count.eq(count + n_kept)
                         with m.If((count == 0) | (top > best)):
                             m.d.sync += best.eq(top)
                     with m.If(count + beat.count > n_max):

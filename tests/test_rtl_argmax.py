@@ -79,25 +79,6 @@ def test_argmax_random_rows(value_bits, max_count, lanes):
     assert got == [reference(r) for r in rows]
 
 
-def test_argmax_one_value_per_cycle():
-    """No idle input, output always ready: rows back to back at one value per cycle; the index is taken one
-    cycle after the row's last value."""
-    dut = Argmax(16, 16)
-    rows = [[1, 5, 2], [9], [4, 4, 8, 0, 8]]
-    accepted: list[int] = []
-    emitted: list[tuple[int, int]] = []
-
-    async def producer(ctx):
-        await send_timed(ctx, dut.i, beats(rows, 1), accepted)
-
-    async def consumer(ctx):
-        await receive_timed(ctx, dut.o, len(rows), emitted)
-
-    run(dut, producer, consumer)
-    assert accepted == list(range(1, 10))
-    assert emitted == [(4, 1), (5, 0), (10, 2)]
-
-
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_argmax_overflow(lanes):
     """A row longer than max_count: its first max_count values decide, the rest are ignored, `overflow` is set;
@@ -130,19 +111,23 @@ def test_argmax_converts_to_verilog():
     assert "module argmax" in verilog.convert(Argmax(32, 50257), name="argmax")
 
 
-def test_wide_argmax_one_beat_per_cycle():
-    """Four lanes: rows of full beats back to back, the index taken one cycle after the row's last beat."""
-    dut = Argmax(16, 16, 4)
-    rows = [[1, 5, 2, 5, 0, 9, 9, 3], [9, 1, 1, 1], [4, 4, 8, 0, 8, 8, 8, 8]]
+@pytest.mark.parametrize(("lanes", "rows", "beats_in", "emitted_at"), [
+    (1, [[1, 5, 2], [9], [4, 4, 8, 0, 8]], 9, [(4, 1), (5, 0), (10, 2)]),
+    (4, [[1, 5, 2, 5, 0, 9, 9, 3], [9, 1, 1, 1], [4, 4, 8, 0, 8, 8, 8, 8]], 5, [(3, 5), (4, 0), (6, 2)]),
+])
+def test_argmax_one_beat_per_cycle(lanes, rows, beats_in, emitted_at):
+    """No idle input, output always ready: rows of full beats back to back at one beat per cycle (one value at one
+    lane); the index is taken one cycle after the row's last beat."""
+    dut = Argmax(16, 16, lanes)
     accepted: list[int] = []
     emitted: list[tuple[int, int]] = []
 
     async def producer(ctx):
-        await send_timed(ctx, dut.i, beats(rows, 4), accepted)
+        await send_timed(ctx, dut.i, beats(rows, lanes), accepted)
 
     async def consumer(ctx):
         await receive_timed(ctx, dut.o, len(rows), emitted)
 
     run(dut, producer, consumer)
-    assert accepted == list(range(1, 6))
-    assert emitted == [(3, 5), (4, 0), (6, 2)]
+    assert accepted == list(range(1, beats_in + 1))
+    assert emitted == emitted_at
