@@ -20,7 +20,8 @@ from random_ir import random_ir
 
 from hardwire.boards.asic import SRAM_BIT_TRANSISTORS, TRANSISTORS, build_asic
 from hardwire.boards.fpga import build_board, tool_command
-from hardwire.boards.parts import ICEBREAKER, ULX3S_85F, FitError, check_fit, check_synthesis, live_bits
+from hardwire.boards.memories import live_bits
+from hardwire.boards.parts import ICEBREAKER, ULX3S_85F, FitError, check_fit, check_synthesis
 from hardwire.boards.top import BoardTop, ecp5_pll, ice40_pll
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize

@@ -1,0 +1,141 @@
+"""The Decoder's synchronously read memories, and where yosys puts each on a part.
+
+The fit check (boards/parts.py) counts block RAM memory by memory from this list, rebuilt from
+the QModel and the hardware plan as rtl/decoder_units.py builds them: weight ROMs, KV cache banks,
+LoRA A, activation buffers, the norm, softmax, activation and RoPE tables, the host link's frame
+buffer. Memories read combinationally (LoRA B, residual, parameter ROMs) become LUT RAM or logic
+and are counted by synthesis, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..quant.qmodel import QModel
+from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
+from ..rtl.datapath import ACT_BITS
+from ..rtl.lora_map import lora_address_map
+from ..rtl.norm import X_BITS, NormSite, coef_words
+from ..rtl.plan import HardwarePlan, kv_bank_shapes, table_shapes, weight_bank_shapes
+from ..rtl.rescale import MULT_BITS, SHIFT_BITS
+from ..rtl.rope import TABLE_BITS as ROPE_BITS
+from ..rtl.softmax import E_BITS, Z_MAX
+
+if TYPE_CHECKING:
+    from .parts import Part
+
+SCORE_BITS = 32  # rtl/softmax.py's default score width, the one the Decoder uses
+
+# yosys memory_libmap's choice (passes/memory/memory_libmap.cc): the cheapest of soft logic (bits x 1/16 for a
+# ROM, x 1 for a RAM, truncated to an integer), LUT RAM and block RAM, where a RAM cell option costs its cells x
+# the library's cell cost, plus 0.5 per bit of read multiplexer and per write-enable demultiplexer output when
+# the depth spans several cells. A memory wins only by a strictly lower cost; on a tie soft logic stays.
+LOGIC_COST_ROM = 1 / 16
+LOGIC_COST_RAM = 1.0
+FACTOR_MUX = 0.5
+LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST = 16, 4, 4  # TRELLIS_DPR16X4 (share/lattice/lutrams_trellis.txt)
+
+
+@dataclass(frozen=True)
+class BlockMemory:
+    """One synchronously read memory: block RAM, unless yosys finds a cheaper home for it."""
+
+    name: str
+    kind: str  # "weights", "tables" (rsqrt, exp), "kv", "lora", "buffers"
+    depth: int
+    width: int
+
+    @property
+    def bits(self) -> int:
+        return self.depth * self.width
+
+    @property
+    def rom(self) -> bool:
+        return self.kind in ("weights", "tables")
+
+    def _option(self, cells_deep: int, cells: int, cell_cost: float) -> float:
+        mux = (cells_deep - 1) * self.width  # read multiplexer across the cells stacked in depth
+        demux = cells_deep if not self.rom and cells_deep > 1 else 0  # write enables, one per stacked cell
+        return cells * cell_cost + FACTOR_MUX * (mux + demux)
+
+    def _block_option(self, part: Part) -> tuple[float, int]:
+        """(cost, blocks) of the cheapest aspect ratio of the part's block RAM."""
+        options = []
+        for depth, width in part.bram_shapes:
+            deep = -(-self.depth // depth)
+            blocks = deep * -(-self.width // width)
+            options.append((self._option(deep, blocks, part.bram_cost), blocks))
+        return min(options)
+
+    def blocks(self, part: Part) -> int:
+        """Block RAMs this memory takes if it goes to block RAM."""
+        return self._block_option(part)[1]
+
+    def in_block_ram(self, part: Part) -> bool:
+        """Whether yosys puts it in block RAM: a shallow buffer or a small table is cheaper in LUTs."""
+        block = self._block_option(part)[0]
+        logic = int(self.bits * (LOGIC_COST_ROM if self.rom else LOGIC_COST_RAM))
+        if block >= logic:
+            return False
+        if part.lutram and not self.rom:  # ROMs never go to LUT RAM (prune_rom)
+            deep = -(-self.depth // LUTRAM_DEPTH)
+            if self._option(deep, deep * -(-self.width // LUTRAM_WIDTH), LUTRAM_COST) <= block:
+                return False
+        return True
+
+
+def live_bits(values: list[int], width: int) -> int:
+    """Bit columns of a `width`-bit table (two's complement) that are not the same in every word."""
+    mask = (1 << width) - 1
+    words = [int(v) & mask for v in values]
+    ones = zeros = 0
+    for word in words:
+        ones |= word
+        zeros |= ~word & mask
+    return max(1, bin(ones & zeros).count("1"))
+
+
+def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
+    """The Decoder's synchronously read memories: the plan's weight and KV banks, tables and buffers."""
+    cfg = qm.config
+    lanes, chunks = plan.lanes, plan.chunks
+    mems: list[BlockMemory] = []
+    if plan.storage == "rom":  # "logic" weights are case tables: gates, not memories
+        mems += [BlockMemory(name, "weights", depth, width)
+                 for name, depth, width in table_shapes(qm, plan) + weight_bank_shapes(qm, plan)]
+    # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
+    # counted at their live width, from the contents the RTL bakes in
+    # one NormUnit for every norm site: rsqrt table, every site's per-channel scales, the input copy
+    norms = [q for layer in qm.layers for q in (layer.attn_norm, layer.mlp_norm)] + [qm.final_norm]
+    width, d = plan.vector_lanes, cfg.d_model
+    words = plan.chunks_of(d, width)
+    mems.append(BlockMemory("rsqrt", "tables", 1 << RSQRT_INDEX_BITS, live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))
+    coef_bits = MULT_BITS + SHIFT_BITS
+    sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist()) for qn in norms]
+    coefs = [sum(c << (coef_bits * k) for k, c in enumerate(word)) for word in coef_words(sites, d, width)]
+    mems.append(BlockMemory("norm_coef", "tables", len(coefs), live_bits(coefs, width * coef_bits)))
+    mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
+    exp = live_bits(exp_table().tolist(), E_BITS)
+    sm_lanes = plan.softmax_lanes
+    # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become
+    # ROMs in synthesis); an activation unit per epilogue lane, holding every layer's table
+    mems.append(BlockMemory("softmax_buf", "buffers", plan.chunks_of(qm.context, sm_lanes),
+                            sm_lanes * max(SCORE_BITS, E_BITS)))
+    mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
+    act_entries = [v for layer in qm.layers for v in layer.act_table.tolist()]
+    mems += [BlockMemory(f"act_table{e}", "tables", len(act_entries), live_bits(act_entries, 8))
+             for e in range(plan.epilogue_lanes)]
+    if cfg.positions == "rope":  # cos and sin per position and pair
+        for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):
+            mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2),
+                                    live_bits(table.flatten().tolist(), ROPE_BITS)))
+    qdim = cfg.n_heads * cfg.head_dim
+    mems += [BlockMemory(name, "kv", depth, width) for name, depth, width in kv_bank_shapes(qm, plan)]
+    for slot in lora_address_map(qm):  # A is read synchronously; B (combinational reads) lands in LUT RAM
+        mems.append(BlockMemory(f"lora_a.{slot.layer}.{slot.site}", "lora", slot.rank * chunks(slot.in_features),
+                                lanes * 8))
+    for name, n in (("act", max(cfg.d_model, qdim)), ("hid", cfg.ffn), ("qrot", qdim), ("probs", qm.context)):
+        mems.append(BlockMemory(name, "buffers", chunks(n), lanes * ACT_BITS))
+    mems.append(BlockMemory("host_link.buffer", "buffers", 512, 8))  # boards/host_link.py: two payload banks
+    return mems

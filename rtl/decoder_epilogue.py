@@ -1,0 +1,214 @@
+"""The decoder's epilogue: each output row's bias, rescale and LoRA term, then its destination.
+
+The serializer hands rows on in beats: `wide` consecutive rows (mv_wide) or one. Each epilogue
+lane has its own bias, rescale and LoRA term, and the destinations take runs of consecutive
+elements (BankedVector, lane-group writes), so rows stay in order. The rescaled row is clamped
+to int32 before the LoRA term is added (the reference keeps it unclamped): the result differs
+only where a projection output alone already exceeds int32.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Mux, Signal, signed
+from amaranth.lib import data
+
+from .datapath import Datapath, Mode, Reader
+from .rescale import saturate
+from .word_runs import beat_bank_write, run_into, write_run
+
+
+def build_epilogue(dp: Datapath) -> None:
+    """Adds: row_out, step, beat, t16, y8, y16, resid_new, resid_took, resid_beat, norm_in_ready, mv_done."""
+    m, wide = dp.m, dp.wide
+    dp.row_in = Signal.like(dp.mv_rows)  # rows that entered the rescale
+    dp.row_out = Signal.like(dp.mv_rows)  # rows that left it
+    dp.step = Signal(range(wide + 1))  # rows per full beat: a group (attention rows) may be narrower than `wide`
+    dp.beat = Signal(range(wide + 1))  # rows in the beat leaving the rescale: every beat is full but the last
+    m.d.comb += [dp.step.eq(Mux(dp.mv_wide, Mux(dp.mv_group < wide, dp.mv_group, wide), 1)),
+                 dp.beat.eq(Mux(dp.mv_rows - dp.row_out < dp.step, dp.mv_rows - dp.row_out, dp.step))]
+    dp.t16 = Signal(data.ArrayLayout(signed(16), max(1, dp.lora.rank)))  # rescale(A a) of the running slot
+    _rescale_inputs(dp)
+    delta = _lora_delta(dp)
+    dp.y8 = [Signal(signed(8), name=f"y8_{e}") for e in range(wide)]
+    dp.y16 = [Signal(signed(16), name=f"y16_{e}") for e in range(wide)]
+    for e in range(wide):  # each lane adds its row's LoRA term
+        y_sum = Signal(signed(68), name=f"y_sum{e}")
+        m.d.comb += [y_sum.eq(dp.rescales[e].o.payload + delta[e]), dp.y8[e].eq(saturate(y_sum, 8)),
+                     dp.y16[e].eq(saturate(y_sum, 16))]
+    _destinations(dp)
+    _attention_and_head_destinations(dp)
+    hid_count = _hidden_writer(dp)
+    dp.mv_done = Signal()
+    m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.mv_start & (dp.row_out == dp.mv_rows) &
+                              Mux(dp.mv_mode == Mode.UP, hid_count == dp.mv_rows, 1))
+
+
+def _rescale_inputs(dp: Datapath) -> None:
+    """Each lane's bias, multiplier and shift: the tensor's per-row constants (a wide beat reads one word of
+    `wide` rows), identity for scores, the layer's attention scale for PV, the slot's A scale for LoRA A."""
+    m, wide = dp.m, dp.wide
+    bias = [Signal(signed(dp.acc_bits), name=f"bias{e}") for e in range(wide)]
+    mult = [Signal(15, name=f"mult{e}") for e in range(wide)]
+    shift = [Signal(6, name=f"shift{e}") for e in range(wide)]
+    att_mult, att_shift = Signal(15), Signal(6)
+    with m.Switch(dp.layer_sel):
+        for i, layer in enumerate(dp.qm.layers):
+            with m.Case(i):
+                m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
+    with m.If(dp.mv_mode == Mode.SCORES):
+        m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+    with m.Elif(dp.mv_mode == Mode.PV):
+        m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
+    with m.Elif(dp.mv_mode == Mode.LORA_A):
+        m.d.comb += [mult[0].eq(dp.lora.a_mult), shift[0].eq(dp.lora.a_shift)]
+    with m.Else(), m.Switch(dp.mv_tensor):
+        wide_bits = (wide - 1).bit_length()
+        for index, name in enumerate(dp.linears):
+            with m.Case(index):
+                port = dp.params[name]
+                m.d.comb += port.addr.eq(dp.row_in >> wide_bits)
+                for e in range(wide):
+                    entry = port.data[e] if e else port.data[Mux(dp.mv_wide, 0, dp.row_in[:wide_bits])]
+                    m.d.comb += [bias[e].eq(entry.bias), mult[e].eq(entry.mult), shift[e].eq(entry.shift)]
+    dp.dest_ready = Signal()
+    serializer = dp.serializer
+    for e, unit in enumerate(dp.rescales):
+        m.d.comb += [unit.i.valid.eq(serializer.o.valid),
+                     unit.i.payload.value.eq(serializer.o.payload.values[e] + bias[e]),
+                     unit.i.payload.mult.eq(mult[e]), unit.i.payload.shift.eq(shift[e]),
+                     unit.o.ready.eq(dp.dest_ready)]
+    m.d.comb += serializer.o.ready.eq(dp.rescales[0].i.ready)
+    with m.If(serializer.o.valid & dp.rescales[0].i.ready):
+        m.d.sync += dp.row_in.eq(dp.row_in + serializer.o.payload.count)
+    with m.If(dp.mv_start):
+        m.d.sync += [dp.row_in.eq(0), dp.row_out.eq(0)]
+
+
+def _lora_delta(dp: Datapath) -> list[Signal]:
+    """delta = round_shift((B t16)[row] * b_mult, b_shift) per lane, added before the output saturation.
+
+    Rows leave in order, so the delta of each is prefetched through two registers (B t16, then the scaled and
+    shifted delta) ahead of its row: the B read, the rank products, the multiply by b_mult and the shift are
+    then off the epilogue's path (they limited Fmax to 16 MHz on ECP5). Lane e's delta is that of row
+    prefetch_row + e of the beat."""
+    m, wide, lora, rank = dp.m, dp.wide, dp.lora, dp.lora.rank
+    delta = [Signal(signed(66), name=f"delta{e}") for e in range(wide)]
+    if not lora.slots:
+        return delta
+    prefetch_row = Signal.like(dp.row_out)  # the first row of the next beat whose B t16 is formed
+    m.d.comb += [lora.b_addr[e].eq(prefetch_row + e) for e in range(wide)]
+    low_full, delta_full = Signal(), Signal()  # stage 1 (B t16 of the beat ahead), stage 2 (its deltas)
+    half = Mux(lora.b_shift == 0, 0, Const(1, 1) << (lora.b_shift - 1)[:6])
+    consumed = Signal()
+    m.d.comb += consumed.eq(dp.rescales[0].o.valid & dp.rescales[0].o.ready)
+    move = Signal()
+    m.d.comb += move.eq(low_full & (~delta_full | consumed))
+    lows, low_regs, delta_regs = [], [], []  # per lane: B t16 now, stage 1, stage 2
+    for e in range(wide):
+        low = Signal(signed(8 + 16 + rank.bit_length() + 1), name=f"low{e}")
+        m.d.comb += low.eq(sum(lora.b_data[e][j] * dp.t16[j] for j in range(rank)))
+        lows.append(low)
+        low_regs.append(Signal.like(low, name=f"low_reg{e}"))
+        delta_regs.append(Signal.like(delta[e], name=f"delta_reg{e}"))
+        m.d.comb += delta[e].eq(Mux(dp.lora_on, delta_regs[e], 0))
+    with m.If(dp.mv_start):  # t16, the slot and its B scales are final when a projection starts
+        m.d.sync += [prefetch_row.eq(0), low_full.eq(0), delta_full.eq(0)]
+    with m.Else():
+        with m.If(move):
+            m.d.sync += [delta_full.eq(1),
+                         *(d_reg.eq(((l_reg * lora.b_mult) + half) >> lora.b_shift)
+                           for d_reg, l_reg in zip(delta_regs, low_regs, strict=True))]
+        with m.Elif(consumed):
+            m.d.sync += delta_full.eq(0)
+        with m.If(~low_full | move):
+            m.d.sync += [low_full.eq(1), prefetch_row.eq(prefetch_row + dp.step),
+                         *(l_reg.eq(low) for l_reg, low in zip(low_regs, lows, strict=True))]
+    return delta
+
+
+def _destinations(dp: Datapath) -> None:
+    """The projections' destinations: raw q and k, the transposed V cache, the residual (whose update also streams
+    into the next norm unit), the gate vector and the activation units."""
+    m, wide = dp.m, dp.wide
+    dp.resid_new = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]
+    dp.resid_took, dp.resid_beat = Signal(), Signal(range(wide + 1))
+    dp.norm_in_ready = Signal(init=1)
+    dp.took = took = Signal()
+    m.d.comb += took.eq(dp.rescales[0].o.valid & dp.dest_ready)
+    with m.If(took):
+        m.d.sync += dp.row_out.eq(dp.row_out + dp.beat)
+    gate_rd = Reader(dp.gate_vec, 0)
+    row_out, beat, y8 = dp.row_out, dp.beat, dp.y8
+    with m.Switch(dp.mv_mode):
+        with m.Case(Mode.Q, Mode.K):
+            m.d.comb += dp.dest_ready.eq(1)
+            for vec, mode in ((dp.raw_q, Mode.Q), (dp.raw_k, Mode.K)):
+                run_into(m, vec, row_out, y8, beat, took & (dp.mv_mode == mode))
+        with m.Case(Mode.V):  # transposed: row j of head g, column = position; a beat's channels in distinct banks
+            m.d.comb += dp.dest_ready.eq(1)
+            beat_bank_write(m, dp.v_wr, row_out, dp.layer_sel * dp.v_layer + (row_out // dp.attn_rows) * dp.c_ctx +
+                            dp.position // dp.lanes, dp.position % dp.lanes, y8, beat, took)
+        with m.Case(Mode.RESID):
+            m.d.comb += [dp.dest_ready.eq(dp.norm_in_ready), dp.resid_rd.addr.eq(row_out), dp.resid_took.eq(took),
+                         dp.resid_beat.eq(beat)]
+            for e in range(wide):
+                m.d.comb += dp.resid_new[e].eq(saturate(dp.resid_rd.run[e] + dp.y16[e], 16))
+            run_into(m, dp.resid, row_out, dp.resid_new, beat, took)
+        with m.Case(Mode.GATE):
+            m.d.comb += dp.dest_ready.eq(1)
+            run_into(m, dp.gate_vec, row_out, y8, beat, took)
+        with m.Case(Mode.UP):  # every lane's unit takes its row (lanes past the beat compute what is not kept)
+            m.d.comb += [gate_rd.addr.eq(row_out), dp.dest_ready.eq(dp.acts[0].i.ready)]
+            for e, unit in enumerate(dp.acts):
+                m.d.comb += unit.i.valid.eq(dp.rescales[0].o.valid)
+                if dp.gated:
+                    m.d.comb += [unit.i.payload.gate.eq(gate_rd.run[e]), unit.i.payload.up.eq(y8[e])]
+                else:
+                    m.d.comb += unit.i.payload.eq(y8[e])
+
+
+def _attention_and_head_destinations(dp: Datapath) -> None:
+    """Scores into the softmax, the attention output into the activation buffer, LoRA A into t16, logits into the
+    argmax."""
+    m, row_out, beat, took = dp.m, dp.row_out, dp.beat, dp.took
+    ys = [unit.o.payload for unit in dp.rescales]  # rescale(acc), clamped to int32
+    valid = dp.rescales[0].o.valid
+    softmax, argmax, wr_act = dp.softmax, dp.argmax, dp.wr["act"]
+    with m.Switch(dp.mv_mode):
+        with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
+            m.d.comb += [softmax.i.valid.eq(valid), dp.dest_ready.eq(softmax.i.ready),
+                         softmax.i.payload.count.eq(beat), softmax.i.payload.last.eq(row_out + beat == dp.mv_rows)]
+            m.d.comb += [softmax.i.payload.scores[e].eq(ys[e]) for e in range(softmax.in_lanes)]
+        with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
+            element = Signal(range(dp.qdim))
+            m.d.comb += [dp.dest_ready.eq(1), element.eq(dp.head * dp.hd + row_out),
+                         wr_act.addr.eq(element // dp.lanes), wr_act.en.eq(Mux(took, 1 << (element % dp.lanes), 0))]
+            m.d.comb += [wr_act.data[j].eq(dp.y8[0]) for j in range(dp.lanes)]
+        with m.Case(Mode.LORA_A):
+            m.d.comb += dp.dest_ready.eq(1)
+            with m.If(took), m.Switch(row_out):
+                for j in range(dp.lora.rank):
+                    with m.Case(j):
+                        m.d.sync += dp.t16[j].eq(dp.y16[0])
+        with m.Case(Mode.LOGITS):
+            m.d.comb += [argmax.i.valid.eq(valid), dp.dest_ready.eq(argmax.i.ready),
+                         argmax.i.payload.count.eq(beat), argmax.i.payload.last.eq(row_out + beat == dp.mv_rows)]
+            m.d.comb += [argmax.i.payload.values[e].eq(ys[e]) for e in range(dp.wide)]
+
+
+def _hidden_writer(dp: Datapath) -> Signal:
+    """The activation units' output, beats of hidden[o] in order, into the hidden buffer; -> rows written."""
+    m, wide = dp.m, dp.wide
+    hid_count = Signal(range(dp.qm.config.ffn + 1))
+    for unit in dp.acts:
+        m.d.comb += unit.o.ready.eq(1)
+    hid_valid, hid_beat = Signal(), Signal(range(wide + 1))
+    m.d.comb += [hid_valid.eq(dp.acts[0].o.valid),
+                 hid_beat.eq(Mux(dp.mv_rows - hid_count < dp.step, dp.mv_rows - hid_count, dp.step))]
+    write_run(m, dp.wr["hid"], hid_count, [unit.o.payload for unit in dp.acts], hid_beat, hid_valid, dp.lanes)
+    with m.If(hid_valid):
+        m.d.sync += hid_count.eq(hid_count + hid_beat)
+    with m.If(dp.mv_start):
+        m.d.sync += hid_count.eq(0)
+    return hid_count
+
