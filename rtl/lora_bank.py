@@ -39,6 +39,7 @@ class LoraBank(wiring.Component):
             self.memories[f"lora_b{n}"] = Memory(shape=data.ArrayLayout(signed(8), max(1, self.rank)),
                                                  depth=slot.out_features, init=[])
         rank, slots = max(1, self.rank), max(2, len(self.slots))
+        b_rows = max([slot.out_features for slot in self.slots], default=1)
         a_words = max([self.rank * -(-slot.in_features // lanes) for slot in self.slots], default=1)
         super().__init__({
             "write": In(stream.Signature(data.StructLayout({"addr": unsigned(lora_addr_bits(qm)),
@@ -48,7 +49,7 @@ class LoraBank(wiring.Component):
             "a_addr": In(range(max(2, a_words))),
             "a_en": In(1),
             "a_data": Out(data.ArrayLayout(signed(8), lanes)),
-            "b_addr": In(data.ArrayLayout(unsigned(16), lanes_out)),
+            "b_addr": In(data.ArrayLayout(unsigned(max(1, (b_rows - 1).bit_length())), lanes_out)),
             "b_data": Out(data.ArrayLayout(data.ArrayLayout(signed(8), rank), lanes_out)),
             "a_mult": Out(15), "a_shift": Out(6), "b_mult": Out(15), "b_shift": Out(6),
         })
