@@ -14,6 +14,7 @@ from amaranth.lib import data
 
 from .datapath import Datapath, Mode, Reader
 from .rescale import saturate
+from .skid_buffer import SkidBuffer
 from .word_runs import beat_bank_write, run_into, write_run
 
 
@@ -27,14 +28,26 @@ def build_epilogue(dp: Datapath) -> None:
     m.d.comb += [dp.step.eq(Mux(dp.mv_wide, Mux(dp.mv_group < wide, dp.mv_group, wide), 1)),
                  dp.beat.eq(Mux(dp.mv_rows - dp.row_out < dp.step, dp.mv_rows - dp.row_out, dp.step))]
     dp.t16 = Signal(data.ArrayLayout(signed(16), max(1, dp.lora.rank)))  # rescale(A a) of the running slot
+    dp.dest_ready = Signal()  # the destination of the current mode takes the beat leaving the skid buffer
     _rescale_inputs(dp)
     delta = _lora_delta(dp)
-    dp.y8 = [Signal(signed(8), name=f"y8_{e}") for e in range(wide)]
-    dp.y16 = [Signal(signed(16), name=f"y16_{e}") for e in range(wide)]
+    # the rows, LoRA term added and saturated, pass a skid buffer on the way to their destination: the
+    # destinations' ready stops there instead of running back through the rescales, the serializer and the
+    # row units into every register's enable, and the saturations stop there instead of running on into them
+    skid = dp.m.submodules.epilogue_skid = SkidBuffer(data.StructLayout({
+        "y8": data.ArrayLayout(signed(8), wide), "y16": data.ArrayLayout(signed(16), wide),
+        "y32": data.ArrayLayout(signed(32), wide)}))
+    m.d.comb += skid.i.valid.eq(dp.rescales[0].o.valid)
     for e in range(wide):  # each lane adds its row's LoRA term
         y_sum = Signal(signed(68), name=f"y_sum{e}")
-        m.d.comb += [y_sum.eq(dp.rescales[e].o.payload + delta[e]), dp.y8[e].eq(saturate(y_sum, 8)),
-                     dp.y16[e].eq(saturate(y_sum, 16))]
+        m.d.comb += [y_sum.eq(dp.rescales[e].o.payload + delta[e]), skid.i.payload.y8[e].eq(saturate(y_sum, 8)),
+                     skid.i.payload.y16[e].eq(saturate(y_sum, 16)), skid.i.payload.y32[e].eq(dp.rescales[e].o.payload),
+                     dp.rescales[e].o.ready.eq(skid.i.ready)]
+    dp.y_valid = skid.o.valid
+    dp.y8 = [skid.o.payload.y8[e] for e in range(wide)]
+    dp.y16 = [skid.o.payload.y16[e] for e in range(wide)]
+    dp.y32 = [skid.o.payload.y32[e] for e in range(wide)]
+    m.d.comb += skid.o.ready.eq(dp.dest_ready)
     _destinations(dp)
     _attention_and_head_destinations(dp)
     hid_count = _hidden_writer(dp)
@@ -70,13 +83,11 @@ def _rescale_inputs(dp: Datapath) -> None:
                 for e in range(wide):
                     entry = port.data[e] if e else port.data[Mux(dp.mv_wide, 0, dp.row_in[:wide_bits])]
                     m.d.comb += [bias[e].eq(entry.bias), mult[e].eq(entry.mult), shift[e].eq(entry.shift)]
-    dp.dest_ready = Signal()
     serializer = dp.serializer
     for e, unit in enumerate(dp.rescales):
         m.d.comb += [unit.i.valid.eq(serializer.o.valid),
                      unit.i.payload.value.eq(serializer.o.payload.values[e] + bias[e]),
-                     unit.i.payload.mult.eq(mult[e]), unit.i.payload.shift.eq(shift[e]),
-                     unit.o.ready.eq(dp.dest_ready)]
+                     unit.i.payload.mult.eq(mult[e]), unit.i.payload.shift.eq(shift[e])]
     m.d.comb += serializer.o.ready.eq(dp.rescales[0].i.ready)
     with m.If(serializer.o.valid & dp.rescales[0].i.ready):
         m.d.sync += dp.row_in.eq(dp.row_in + serializer.o.payload.count)
@@ -134,7 +145,7 @@ def _destinations(dp: Datapath) -> None:
     dp.resid_took, dp.resid_beat = Signal(), Signal(range(wide + 1))
     dp.norm_in_ready = Signal(init=1)
     dp.took = took = Signal()
-    m.d.comb += took.eq(dp.rescales[0].o.valid & dp.dest_ready)
+    m.d.comb += took.eq(dp.y_valid & dp.dest_ready)
     with m.If(took):
         m.d.sync += dp.row_out.eq(dp.row_out + dp.beat)
     gate_rd = Reader(dp.gate_vec, 0)
@@ -160,7 +171,7 @@ def _destinations(dp: Datapath) -> None:
         with m.Case(Mode.UP):  # every lane's unit takes its row (lanes past the beat compute what is not kept)
             m.d.comb += [gate_rd.addr.eq(row_out), dp.dest_ready.eq(dp.acts[0].i.ready)]
             for e, unit in enumerate(dp.acts):
-                m.d.comb += unit.i.valid.eq(dp.rescales[0].o.valid)
+                m.d.comb += unit.i.valid.eq(dp.y_valid)
                 if dp.gated:
                     m.d.comb += [unit.i.payload.gate.eq(gate_rd.run[e]), unit.i.payload.up.eq(y8[e])]
                 else:
@@ -171,8 +182,8 @@ def _attention_and_head_destinations(dp: Datapath) -> None:
     """Scores into the softmax, the attention output into the activation buffer, LoRA A into t16, logits into the
     argmax."""
     m, row_out, beat, took = dp.m, dp.row_out, dp.beat, dp.took
-    ys = [unit.o.payload for unit in dp.rescales]  # rescale(acc), clamped to int32
-    valid = dp.rescales[0].o.valid
+    ys = dp.y32  # rescale(acc), clamped to int32
+    valid = dp.y_valid
     softmax, argmax, wr_act = dp.softmax, dp.argmax, dp.wr["act"]
     with m.Switch(dp.mv_mode):
         with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)

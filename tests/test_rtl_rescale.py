@@ -6,10 +6,10 @@ import random
 
 import pytest
 import torch
-from rtl_sim import receive, run, send
+from rtl_sim import receive, receive_timed, run, send, send_timed
 
 from hardwire.quant.fixedpoint import rescale
-from hardwire.rtl.rescale import Rescale
+from hardwire.rtl.rescale import LATENCY, Rescale
 
 
 def _cases(value_bits: int, rng: random.Random) -> list[tuple[int, int, int]]:
@@ -18,10 +18,11 @@ def _cases(value_bits: int, rng: random.Random) -> list[tuple[int, int, int]]:
     edges += [(2, 1, 2), (-2, 1, 2), (6, 1, 2), (-6, 1, 2)]  # exact halves: +0.5 rounds up, -0.5 rounds up to 0
     edges += [(hi, (1 << 15) - 1, 62), (lo, (1 << 15) - 1, 62), (hi, (1 << 15) - 1, 61)]  # the largest shifts
     randoms = [(rng.randint(lo, hi), rng.randint(1 << 14, (1 << 15) - 1), rng.randint(1, 40)) for _ in range(300)]
-    return edges + randoms
+    # the reference computes in int64: value * mult + half must fit it (the hardware's sum is exact at any width)
+    return [(v, m, s) for v, m, s in edges + randoms if abs(v * m) + (1 << (s - 1)) < 1 << 63]
 
 
-@pytest.mark.parametrize("value_bits,out_bits", [(32, 8), (24, 16), (20, 32)])
+@pytest.mark.parametrize("value_bits,out_bits", [(32, 8), (24, 16), (20, 32), (17, 8), (49, 32), (64, 16)])
 def test_rescale_matches_reference(value_bits, out_bits):
     rng = random.Random(value_bits)
     cases = _cases(value_bits, rng)
@@ -44,3 +45,21 @@ def test_rescale_rejects_bad_widths():
         Rescale(70, 8)
     with pytest.raises(ValueError, match=r"^out_bits must be between 2 and 31, got 40$"):
         Rescale(16, 40)
+
+
+def test_rescale_latency_and_throughput():
+    """One result per cycle, each LATENCY cycles after its input was taken (the schedule counts on it)."""
+    dut = Rescale(49, 32)
+    cases = [(v, 1 << 14, 14) for v in range(-10, 10)]
+    accepted: list[int] = []
+    taken: list[tuple[int, object]] = []
+
+    async def producer(ctx):
+        await send_timed(ctx, dut.i, [{"value": v, "mult": m, "shift": s} for v, m, s in cases], accepted)
+
+    async def consumer(ctx):
+        await receive_timed(ctx, dut.o, len(cases), taken)
+
+    run(dut, producer, consumer)
+    assert [cycle for cycle, _ in taken] == [a + LATENCY for a in accepted] and accepted == list(range(1, 21))
+    assert [value for _, value in taken] == list(range(-10, 10))
