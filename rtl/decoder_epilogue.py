@@ -98,42 +98,37 @@ def _rescale_inputs(dp: Datapath) -> None:
 def _lora_delta(dp: Datapath) -> list[Signal]:
     """delta = round_shift((B t16)[row] * b_mult, b_shift) per lane, added before the output saturation.
 
-    Rows leave in order, so the delta of each is prefetched through two registers (B t16, then the scaled and
-    shifted delta) ahead of its row: the B read, the rank products, the multiply by b_mult and the shift are
-    then off the epilogue's path (they limited Fmax to 16 MHz on ECP5). Lane e's delta is that of row
-    prefetch_row + e of the beat."""
+    Rows leave in order, so the deltas are computed ahead of their rows by a pipeline that stalls as a whole
+    when its last stage is not consumed: B's rows (the read port's register), the rank products and their sum,
+    the product by b_mult, then the rounding shift. In one or two stages they limited Fmax to 16 and 40 MHz
+    on ECP5. It fills within STAGES + 1 cycles of mv_start, before any row leaves the rescales (the row units
+    and the rescales alone take 11). Lane e's delta is that of row e of the beat."""
     m, wide, lora, rank = dp.m, dp.wide, dp.lora, dp.lora.rank
     delta = [Signal(signed(66), name=f"delta{e}") for e in range(wide)]
     if not lora.slots:
         return delta
-    prefetch_row = Signal.like(dp.row_out)  # the first row of the next beat whose B t16 is formed
-    m.d.comb += [lora.b_addr[e].eq(prefetch_row + e) for e in range(wide)]
-    low_full, delta_full = Signal(), Signal()  # stage 1 (B t16 of the beat ahead), stage 2 (its deltas)
-    half = Mux(lora.b_shift == 0, 0, Const(1, 1) << (lora.b_shift - 1)[:6])
-    consumed = Signal()
-    m.d.comb += consumed.eq(dp.rescales[0].o.valid & dp.rescales[0].o.ready)
-    move = Signal()
-    m.d.comb += move.eq(low_full & (~delta_full | consumed))
-    lows, low_regs, delta_regs = [], [], []  # per lane: B t16 now, stage 1, stage 2
+    prefetch_row = Signal.like(dp.row_out)  # the first row of the next beat to read from B
+    low_bits = 8 + 16 + rank.bit_length() + 1
+    half = Signal(signed(66))
+    m.d.comb += half.eq(Mux(lora.b_shift == 0, 0, Const(1, 1) << (lora.b_shift - 1)[:6]))
+    stages: list[list] = [[], [], [], []]  # B's rows are stage 0, in the read port
     for e in range(wide):
-        low = Signal(signed(8 + 16 + rank.bit_length() + 1), name=f"low{e}")
-        m.d.comb += low.eq(sum(lora.b_data[e][j] * dp.t16[j] for j in range(rank)))
-        lows.append(low)
-        low_regs.append(Signal.like(low, name=f"low_reg{e}"))
-        delta_regs.append(Signal.like(delta[e], name=f"delta_reg{e}"))
-        m.d.comb += delta[e].eq(Mux(dp.lora_on, delta_regs[e], 0))
+        low = Signal(signed(low_bits), name=f"low{e}")
+        scaled = Signal(signed(low_bits + 16), name=f"scaled{e}")
+        delta_reg = Signal(signed(66), name=f"delta_reg{e}")
+        stages[1].append(low.eq(sum(lora.b_data[e][j] * dp.t16[j] for j in range(rank))))
+        stages[2].append(scaled.eq(low * lora.b_mult))
+        stages[3].append(delta_reg.eq((scaled + half) >> lora.b_shift))
+        m.d.comb += delta[e].eq(Mux(dp.lora_on, delta_reg, 0))
+    valid = [Signal(name=f"delta_valid{k}") for k in range(len(stages))]
+    consumed, advance = Signal(), Signal()
+    m.d.comb += [consumed.eq(dp.rescales[0].o.valid & dp.rescales[0].o.ready), advance.eq(~valid[-1] | consumed)]
+    m.d.comb += [*(lora.b_addr[e].eq(prefetch_row + e) for e in range(wide)), lora.b_en.eq(advance & ~dp.mv_start)]
     with m.If(dp.mv_start):  # t16, the slot and its B scales are final when a projection starts
-        m.d.sync += [prefetch_row.eq(0), low_full.eq(0), delta_full.eq(0)]
-    with m.Else():
-        with m.If(move):
-            m.d.sync += [delta_full.eq(1),
-                         *(d_reg.eq(((l_reg * lora.b_mult) + half) >> lora.b_shift)
-                           for d_reg, l_reg in zip(delta_regs, low_regs, strict=True))]
-        with m.Elif(consumed):
-            m.d.sync += delta_full.eq(0)
-        with m.If(~low_full | move):
-            m.d.sync += [low_full.eq(1), prefetch_row.eq(prefetch_row + dp.step),
-                         *(l_reg.eq(low) for l_reg, low in zip(low_regs, lows, strict=True))]
+        m.d.sync += [prefetch_row.eq(0), *(v.eq(0) for v in valid)]
+    with m.Elif(advance):
+        m.d.sync += [prefetch_row.eq(prefetch_row + dp.step), valid[0].eq(1),
+                     *(valid[k + 1].eq(valid[k]) for k in range(len(stages) - 1)), *(s for st in stages for s in st)]
     return delta
 
 

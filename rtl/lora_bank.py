@@ -4,7 +4,8 @@ The host writes one 16-bit value per address through `write` (address map: rtl/l
 the decoder only lets writes in between tokens (`accept`). While a projection runs, `sel`
 names its slot: the engine reads a word of A at `a_addr` (synchronous, like a weight bank:
 `lanes` int8 codes of one rank row), the epilogue reads `lanes_out` rows of B at `b_addr[e]`
-(combinational, small: LUT RAM), and the slot's scales are on `a_mult` ... `b_shift`.
+(synchronous too: the row a cycle after `b_en`, held while it is low; small: LUT RAM with its
+output register), and the slot's scales are on `a_mult` ... `b_shift`.
 What the adapter computes is docs/numerics.md §9.
 """
 
@@ -50,6 +51,7 @@ class LoraBank(wiring.Component):
             "a_en": In(1),
             "a_data": Out(data.ArrayLayout(signed(8), lanes)),
             "b_addr": In(data.ArrayLayout(unsigned(max(1, (b_rows - 1).bit_length())), lanes_out)),
+            "b_en": In(1),
             "b_data": Out(data.ArrayLayout(data.ArrayLayout(signed(8), rank), lanes_out)),
             "a_mult": Out(15), "a_shift": Out(6), "b_mult": Out(15), "b_shift": Out(6),
         })
@@ -79,8 +81,9 @@ class LoraBank(wiring.Component):
         m.submodules[f"a{n}"], m.submodules[f"b{n}"] = a_mem, b_mem
         a_rd = a_mem.read_port()
         m.d.comb += [a_rd.addr.eq(self.a_addr), a_rd.en.eq(self.a_en)]
-        b_rd = [b_mem.read_port(domain="comb") for _ in range(self.lanes_out)]
+        b_rd = [b_mem.read_port() for _ in range(self.lanes_out)]
         m.d.comb += [port.addr.eq(self.b_addr[e]) for e, port in enumerate(b_rd)]
+        m.d.comb += [port.en.eq(self.b_en) for port in b_rd]
         a_wr, b_wr = a_mem.write_port(granularity=1), b_mem.write_port(granularity=1)
         a_off = Signal(range(rank * slot.a_stride), name=f"slot{n}_a_off")
         m.d.comb += a_off.eq(laddr - slot.a_base)
