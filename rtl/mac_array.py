@@ -147,7 +147,8 @@ class MacArray(wiring.Component):
         else:
             triples = [Signal(signed(self.act_bits + 2), name=f"triple{lane}") for lane in range(lanes)]
             with m.If(advance):  # 3 a, with the word: the products' stage selects among a, 2 a and 3 a
-                m.d.sync += [t.eq(self.i.payload.acts[lane] * 3) for lane, t in enumerate(triples)]
+                acts = [self.i.payload.acts[lane].as_signed() for lane in range(lanes)]
+                m.d.sync += [t.eq(a + (a << 1)) for a, t in zip(acts, triples, strict=True)]
             lane_products = [shift_add_product(codes[lane], word.acts[lane], self.code_bits, triples[lane])
                              for lane in range(lanes)]
 
