@@ -101,7 +101,7 @@ def _lora_delta(dp: Datapath) -> list[Signal]:
     Rows leave in order, so the deltas are computed ahead of their rows by a pipeline that stalls as a whole
     when its last stage is not consumed: B's rows (the read port's register), the rank products and their sum,
     the product by b_mult, then the rounding shift. In one or two stages they limited Fmax to 16 and 40 MHz
-    on ECP5. It fills within STAGES + 1 cycles of mv_start, before any row leaves the rescales (the row units
+    on ECP5. Its 4 stages fill within 5 cycles of mv_start, before any row leaves the rescales (the row units
     and the rescales alone take 11). Lane e's delta is that of row e of the beat."""
     m, wide, lora, rank = dp.m, dp.wide, dp.lora, dp.lora.rank
     delta = [Signal(signed(66), name=f"delta{e}") for e in range(wide)]

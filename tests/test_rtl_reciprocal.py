@@ -6,21 +6,13 @@ import random
 
 import pytest
 from amaranth.back import verilog
-from rtl_sim import receive, run, send
+from rtl_sim import run, send, stream_through
 
 from hardwire.rtl.reciprocal import Reciprocal
 
 
 def _check(dut: Reciprocal, divisors: list[int], rng: random.Random, idle: float, stall: float) -> None:
-    got: list[int] = []
-
-    async def producer(ctx):
-        await send(ctx, dut.i, divisors, rng, idle=idle)
-
-    async def consumer(ctx):
-        got.extend(await receive(ctx, dut.o, len(divisors), rng, stall=stall))
-
-    run(dut, producer, consumer)
+    got = stream_through(dut, divisors, rng, idle=idle, stall=stall)
     assert got == [(1 << dut.numerator_bits) // d for d in divisors]
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from rtl_sim import receive, receive_timed, run, send, send_timed
+from rtl_sim import stream_through, stream_through_timed
 
 from hardwire.quant.fixedpoint import rescale
 from hardwire.rtl.rescale import LATENCY, Rescale
@@ -26,16 +26,8 @@ def _cases(value_bits: int, rng: random.Random) -> list[tuple[int, int, int]]:
 def test_rescale_matches_reference(value_bits, out_bits):
     rng = random.Random(value_bits)
     cases = _cases(value_bits, rng)
-    dut = Rescale(value_bits, out_bits)
-    got: list[int] = []
-
-    async def producer(ctx):
-        await send(ctx, dut.i, [{"value": v, "mult": m, "shift": s} for v, m, s in cases], rng, idle=0.2)
-
-    async def consumer(ctx):
-        got.extend(await receive(ctx, dut.o, len(cases), rng, stall=0.3))
-
-    run(dut, producer, consumer)
+    got = stream_through(Rescale(value_bits, out_bits), [{"value": v, "mult": m, "shift": s} for v, m, s in cases],
+                         rng, idle=0.2, stall=0.3)
     values, mults, shifts = (torch.tensor(c, dtype=torch.int64) for c in zip(*cases, strict=True))
     assert got == rescale(values, mults, shifts, out_bits).tolist()
 
@@ -49,17 +41,7 @@ def test_rescale_rejects_bad_widths():
 
 def test_rescale_latency_and_throughput():
     """One result per cycle, each LATENCY cycles after its input was taken (the schedule counts on it)."""
-    dut = Rescale(49, 32)
-    cases = [(v, 1 << 14, 14) for v in range(-10, 10)]
-    accepted: list[int] = []
-    taken: list[tuple[int, object]] = []
-
-    async def producer(ctx):
-        await send_timed(ctx, dut.i, [{"value": v, "mult": m, "shift": s} for v, m, s in cases], accepted)
-
-    async def consumer(ctx):
-        await receive_timed(ctx, dut.o, len(cases), taken)
-
-    run(dut, producer, consumer)
+    accepted, taken = stream_through_timed(Rescale(49, 32), [{"value": v, "mult": 1 << 14, "shift": 14}
+                                                             for v in range(-10, 10)])
     assert [cycle for cycle, _ in taken] == [a + LATENCY for a in accepted] and accepted == list(range(1, 21))
     assert [value for _, value in taken] == list(range(-10, 10))

@@ -6,41 +6,21 @@ import random
 
 import pytest
 from amaranth.hdl import signed
-from rtl_sim import receive, receive_timed, run, send, send_timed
+from rtl_sim import run, stream_through, stream_through_timed
 
-from hardwire.rtl.skid_buffer import SkidBuffer
+from hardwire.rtl.skid_buffer import LATENCY, SkidBuffer
 
 
 @pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.0), (0.0, 0.5), (0.4, 0.4), (0.1, 0.8)])
 def test_skid_buffer_passes_every_payload_in_order(idle, stall):
     rng = random.Random(int(idle * 10 + stall * 100))
     values = [rng.randint(-(1 << 15), (1 << 15) - 1) for _ in range(400)] + [-(1 << 15), (1 << 15) - 1, 0]
-    dut = SkidBuffer(signed(16))
-    got: list[int] = []
-
-    async def producer(ctx):
-        await send(ctx, dut.i, values, rng, idle=idle)
-
-    async def consumer(ctx):
-        got.extend(await receive(ctx, dut.o, len(values), rng, stall=stall))
-
-    run(dut, producer, consumer)
-    assert got == values
+    assert stream_through(SkidBuffer(signed(16)), values, rng, idle=idle, stall=stall) == values
 
 
 def test_skid_buffer_has_one_cycle_of_latency_and_no_bubbles():
-    dut = SkidBuffer(signed(8))
-    accepted: list[int] = []
-    taken: list[tuple[int, object]] = []
-
-    async def producer(ctx):
-        await send_timed(ctx, dut.i, list(range(20)), accepted)
-
-    async def consumer(ctx):
-        await receive_timed(ctx, dut.o, 20, taken)
-
-    run(dut, producer, consumer)
-    assert accepted == list(range(1, 21))  # one payload per cycle
+    accepted, taken = stream_through_timed(SkidBuffer(signed(8)), list(range(20)))
+    assert LATENCY == 1 and accepted == list(range(1, 21))  # one payload per cycle
     assert [cycle for cycle, _ in taken] == list(range(2, 22)) and [v for _, v in taken] == list(range(20))
 
 
