@@ -99,10 +99,11 @@ def _lora_delta(dp: Datapath) -> list[Signal]:
     """delta = round_shift((B t16)[row] * b_mult, b_shift) per lane, added before the output saturation.
 
     Rows leave in order, so the deltas are computed ahead of their rows by a pipeline that stalls as a whole
-    when its last stage is not consumed: B's rows (the read port's register), the rank products and their sum,
-    the product by b_mult, then the rounding shift. In one or two stages they limited Fmax to 16 and 40 MHz
-    on ECP5. Its 4 stages fill within 5 cycles of mv_start, before any row leaves the rescales (the row units
-    and the rescales alone take 11). Lane e's delta is that of row e of the beat."""
+    when its last stage is not consumed: B's rows (the read port's register), the running slot's rows (a
+    register after the slot multiplexer), the rank products and their sum, the product by b_mult, then the
+    rounding shift. In one, two and four stages they limited Fmax to 16, 40 and 46 MHz on ECP5. Its 5 stages
+    fill within 6 cycles of mv_start, before any row leaves the rescales (the row units and the rescales alone
+    take 11). Lane e's delta is that of row e of the beat."""
     m, wide, lora, rank = dp.m, dp.wide, dp.lora, dp.lora.rank
     delta = [Signal(signed(66), name=f"delta{e}") for e in range(wide)]
     if not lora.slots:
@@ -111,14 +112,16 @@ def _lora_delta(dp: Datapath) -> list[Signal]:
     low_bits = 8 + 16 + rank.bit_length() + 1
     half = Signal(signed(66))
     m.d.comb += half.eq(Mux(lora.b_shift == 0, 0, Const(1, 1) << (lora.b_shift - 1)[:6]))
-    stages: list[list] = [[], [], [], []]  # B's rows are stage 0, in the read port
+    stages: list[list] = [[], [], [], [], []]  # B's rows are stage 0, in the read port
     for e in range(wide):
+        b_row = Signal.like(lora.b_data[e], name=f"b_row{e}")
         low = Signal(signed(low_bits), name=f"low{e}")
         scaled = Signal(signed(low_bits + 16), name=f"scaled{e}")
         delta_reg = Signal(signed(66), name=f"delta_reg{e}")
-        stages[1].append(low.eq(sum(lora.b_data[e][j] * dp.t16[j] for j in range(rank))))
-        stages[2].append(scaled.eq(low * lora.b_mult))
-        stages[3].append(delta_reg.eq((scaled + half) >> lora.b_shift))
+        stages[1].append(b_row.eq(lora.b_data[e]))
+        stages[2].append(low.eq(sum(b_row[j] * dp.t16[j] for j in range(rank))))
+        stages[3].append(scaled.eq(low * lora.b_mult))
+        stages[4].append(delta_reg.eq((scaled + half) >> lora.b_shift))
         m.d.comb += delta[e].eq(Mux(dp.lora_on, delta_reg, 0))
     valid = [Signal(name=f"delta_valid{k}") for k in range(len(stages))]
     consumed, advance = Signal(), Signal()

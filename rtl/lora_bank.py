@@ -5,7 +5,9 @@ the decoder only lets writes in between tokens (`accept`). While a projection ru
 names its slot: the engine reads a word of A at `a_addr` (synchronous, like a weight bank:
 `lanes` int8 codes of one rank row), the epilogue reads `lanes_out` rows of B at `b_addr[e]`
 (synchronous too: the row a cycle after `b_en`, held while it is low; small: LUT RAM with its
-output register), and the slot's scales are on `a_mult` ... `b_shift`.
+output register), and the slot's scales are on `a_mult` ... `b_shift`, registered: they follow `sel`
+a cycle later (a slot multiplexer in front of a DSP was the ECP5 critical path; the scales are read
+several cycles after a product starts).
 What the adapter computes is docs/numerics.md §9.
 """
 
@@ -61,14 +63,15 @@ class LoraBank(wiring.Component):
         m.d.comb += self.write.ready.eq(self.accept)
         we = Signal()
         m.d.comb += we.eq(self.write.valid & self.accept)
+        scales = {name: Signal.like(getattr(self, name), name=f"sel_{name}") for name in RESET}
+        m.d.sync += [getattr(self, name).eq(scale) for name, scale in scales.items()]
         for n, slot in enumerate(self.slots):
             a_rd, b_rd = self._slot_memories(m, n, slot, we)
             regs = self._slot_registers(m, n, slot, we)
             with m.If(self.sel == n):
-                m.d.comb += [self.a_data.eq(a_rd.data), self.a_mult.eq(regs["a_mult"]),
-                             self.a_shift.eq(regs["a_shift"]), self.b_mult.eq(regs["b_mult"]),
-                             self.b_shift.eq(regs["b_shift"])]
+                m.d.comb += self.a_data.eq(a_rd.data)
                 m.d.comb += [self.b_data[e].eq(port.data) for e, port in enumerate(b_rd)]
+                m.d.comb += [scales[name].eq(regs[name]) for name in RESET]
         return m
 
     def _slot_memories(self, m: Module, n: int, slot: LoraSlot, we: Signal) -> tuple[object, list]:
