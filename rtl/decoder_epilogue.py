@@ -146,6 +146,7 @@ def _destinations(dp: Datapath) -> None:
     m.d.comb += took.eq(dp.y_valid & dp.dest_ready)
     with m.If(took):
         m.d.sync += dp.row_out.eq(dp.row_out + dp.beat)
+    resid_full, resid_capture = _residual_stage(dp)
     gate_rd = Reader(dp.gate_vec, 0)
     row_out, beat, y8 = dp.row_out, dp.beat, dp.y8
     with m.Switch(dp.mv_mode):
@@ -157,12 +158,10 @@ def _destinations(dp: Datapath) -> None:
             m.d.comb += dp.dest_ready.eq(1)
             beat_bank_write(m, dp.v_wr, row_out, dp.layer_sel * dp.v_layer + (row_out // dp.attn_rows) * dp.c_ctx +
                             dp.position // dp.lanes, dp.position % dp.lanes, y8, beat, took)
-        with m.Case(Mode.RESID):
-            m.d.comb += [dp.dest_ready.eq(dp.norm_in_ready), dp.resid_rd.addr.eq(row_out), dp.resid_took.eq(took),
-                         dp.resid_beat.eq(beat)]
-            for e in range(wide):
-                m.d.comb += dp.resid_new[e].eq(saturate(dp.resid_rd.run[e] + dp.y16[e], 16))
-            run_into(m, dp.resid, row_out, dp.resid_new, beat, took)
+        with m.Case(Mode.RESID):  # through the residual stage
+            m.d.comb += [dp.dest_ready.eq(~resid_full | dp.norm_in_ready), dp.resid_rd.addr.eq(row_out)]
+            with m.If(took):
+                m.d.sync += resid_capture
         with m.Case(Mode.GATE):
             m.d.comb += dp.dest_ready.eq(1)
             run_into(m, dp.gate_vec, row_out, y8, beat, took)
@@ -174,6 +173,27 @@ def _destinations(dp: Datapath) -> None:
                     m.d.comb += [unit.i.payload.gate.eq(gate_rd.run[e]), unit.i.payload.up.eq(y8[e])]
                 else:
                     m.d.comb += unit.i.payload.eq(y8[e])
+
+
+def _residual_stage(dp: Datapath) -> tuple[Signal, object]:
+    """resid += y16 (saturated) for a beat goes through a register on its way into the residual and the norm unit:
+    the read, add and saturation in one cycle, the write and the norm's input word in the next (in one cycle
+    they were the ECP5 critical path). Rows of consecutive beats differ, so no beat reads what the register
+    still holds. The register drains whatever the mode (the product may have ended); -> (full, the capture
+    statements for the RESID mode)."""
+    m, wide = dp.m, dp.wide
+    full = Signal(name="resid_stage_full")
+    row, beat = Signal.like(dp.row_out, name="resid_stage_row"), Signal.like(dp.beat, name="resid_stage_beat")
+    values = [Signal(signed(16), name=f"resid_stage{e}") for e in range(wide)]
+    drained = Signal()
+    m.d.comb += drained.eq(full & dp.norm_in_ready)
+    with m.If(drained):
+        m.d.sync += full.eq(0)
+        m.d.comb += [dp.resid_took.eq(1), dp.resid_beat.eq(beat), *(dp.resid_new[e].eq(values[e]) for e in range(wide))]
+        run_into(m, dp.resid, row, values, beat, 1)
+    capture = [full.eq(1), row.eq(dp.row_out), beat.eq(dp.beat),
+               *(values[e].eq(saturate(dp.resid_rd.run[e] + dp.y16[e], 16)) for e in range(wide))]
+    return full, capture
 
 
 def _attention_and_head_destinations(dp: Datapath) -> None:

@@ -20,6 +20,7 @@ from .skid_buffer import LATENCY as SKID_LATENCY
 
 MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
 #                                                                buffer, start and hand-over states
+RESID_STAGE = 1  # the residual update's register (rtl/decoder_epilogue.py): a norm loaded by a product ends a cycle later
 KV_BITS = 8  # KV cache entries are int8 (numerics §6)
 VECTOR_LANES = 8  # elements per cycle of the norm's output pass (at most)
 
@@ -161,7 +162,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
     phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
     for i, layer in enumerate(qm.layers):
         prefix = f"layers.{i}"
-        phases.append(Phase("norm", f"{prefix}.attn_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
+        tail = norm + (RESID_STAGE if i else 0)  # the first is loaded by the embedding, the others by DOWN
+        phases.append(Phase("norm", f"{prefix}.attn_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
         for site in ("q", "k", "v"):
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
@@ -192,8 +194,10 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain,
                                   width=epilogue_width(qm, plan, site)))
             if site == "o":
-                phases.append(Phase("norm", f"{prefix}.mlp_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
-    phases.append(Phase("norm", "final_norm", 0, norm, norm - plan.chunks_of(d, plan.vector_lanes)))
+                tail = norm + RESID_STAGE
+                phases.append(Phase("norm", f"{prefix}.mlp_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
+    tail = norm + RESID_STAGE
+    phases.append(Phase("norm", "final_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, 2, 2))  # the argmax's last compare, then the token goes out
     phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed
