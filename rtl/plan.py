@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..quant.qmodel import QModel
+from .argmax import LATENCY as ARGMAX_LATENCY
 from .mac_array import LATENCY as MAC_LATENCY
 from .rescale import LATENCY as RESCALE_LATENCY
 from .skid_buffer import LATENCY as SKID_LATENCY
@@ -199,7 +200,7 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
     tail = norm + RESID_STAGE
     phases.append(Phase("norm", "final_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
-    phases.append(Phase("argmax", "argmax", 0, 2, 2))  # the argmax's last compare, then the token goes out
+    phases.append(Phase("argmax", "argmax", 0, ARGMAX_LATENCY + 1, ARGMAX_LATENCY + 1))  # its stages; the token out
     phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed
     return phases
 

@@ -112,12 +112,12 @@ def test_argmax_converts_to_verilog():
 
 
 @pytest.mark.parametrize(("lanes", "rows", "beats_in", "emitted_at"), [
-    (1, [[1, 5, 2], [9], [4, 4, 8, 0, 8]], 9, [(4, 1), (5, 0), (10, 2)]),
-    (4, [[1, 5, 2, 5, 0, 9, 9, 3], [9, 1, 1, 1], [4, 4, 8, 0, 8, 8, 8, 8]], 5, [(3, 5), (4, 0), (6, 2)]),
+    (1, [[1, 5, 2], [9], [4, 4, 8, 0, 8]], 9, [(5, 1), (6, 0), (11, 2)]),
+    (4, [[1, 5, 2, 5, 0, 9, 9, 3], [9, 1, 1, 1], [4, 4, 8, 0, 8, 8, 8, 8]], 5, [(4, 5), (5, 0), (7, 2)]),
 ])
 def test_argmax_one_beat_per_cycle(lanes, rows, beats_in, emitted_at):
     """No idle input, output always ready: rows of full beats back to back at one beat per cycle (one value at one
-    lane); the index is taken one cycle after the row's last beat."""
+    lane); the index is taken LATENCY cycles after the row's last beat."""
     dut = Argmax(16, 16, lanes)
     accepted: list[int] = []
     emitted: list[tuple[int, int]] = []
