@@ -135,7 +135,8 @@ def start_mv(dp: Datapath, name_or_mode: str | Mode, *, rows: object, chunks: in
              dp.mv_act_base.eq(act_base), dp.mv_attn.eq(name_or_mode in (Mode.SCORES, Mode.PV)), dp.lora_on.eq(0)]
     site = name_or_mode.rsplit(".", 1)[-1] if matrix else None
     wide_scores = name_or_mode == Mode.SCORES and score_beat(dp.plan, dp.hd) > 1
-    stmts.append(dp.mv_wide.eq(wide_scores or (matrix and epilogue_width(dp.qm, dp.plan, site) > 1)))
+    wide = wide_scores or (matrix and epilogue_width(dp.qm, dp.plan, site) > 1)
+    stmts += [dp.mv_wide.eq(wide), dp.step.eq(min(group, dp.wide) if wide else 1), dp.rows_left.eq(rows)]
     if matrix:
         stmts += [dp.mv_tensor.eq(list(dp.linears).index(name_or_mode)), dp.mv_format.eq(dp.bank_of[name_or_mode])]
     return MvStart(stmts, name_or_mode, chunks, src)

@@ -23,10 +23,14 @@ def build_epilogue(dp: Datapath) -> None:
     m, wide = dp.m, dp.wide
     dp.row_in = Signal.like(dp.mv_rows)  # rows that entered the rescale
     dp.row_out = Signal.like(dp.mv_rows)  # rows that left it
-    dp.step = Signal(range(wide + 1))  # rows per full beat: a group (attention rows) may be narrower than `wide`
+    # rows per full beat (a group of attention rows may be narrower than `wide`) and rows not yet out: registers
+    # that start_mv sets, so that no subtraction runs ahead of the destinations (it was the ECP5 critical path)
+    dp.step = Signal(range(wide + 1), init=1)
+    dp.rows_left = Signal.like(dp.mv_rows)
     dp.beat = Signal(range(wide + 1))  # rows in the beat leaving the rescale: every beat is full but the last
-    m.d.comb += [dp.step.eq(Mux(dp.mv_wide, Mux(dp.mv_group < wide, dp.mv_group, wide), 1)),
-                 dp.beat.eq(Mux(dp.mv_rows - dp.row_out < dp.step, dp.mv_rows - dp.row_out, dp.step))]
+    dp.last_beat = Signal()  # the beat leaving the rescale ends the product
+    m.d.comb += [dp.beat.eq(Mux(dp.rows_left < dp.step, dp.rows_left, dp.step)),
+                 dp.last_beat.eq(dp.rows_left <= dp.step)]
     dp.t16 = Signal(data.ArrayLayout(signed(16), max(1, dp.lora.rank)))  # rescale(A a) of the running slot
     dp.dest_ready = Signal()  # the destination of the current mode takes the beat leaving the skid buffer
     _rescale_inputs(dp)
@@ -52,7 +56,7 @@ def build_epilogue(dp: Datapath) -> None:
     _attention_and_head_destinations(dp)
     hid_count = _hidden_writer(dp)
     dp.mv_done = Signal()
-    m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.mv_start & (dp.row_out == dp.mv_rows) &
+    m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.mv_start & (dp.rows_left == 0) &
                               Mux(dp.mv_mode == Mode.UP, hid_count == dp.mv_rows, 1))
 
 
@@ -145,7 +149,7 @@ def _destinations(dp: Datapath) -> None:
     dp.took = took = Signal()
     m.d.comb += took.eq(dp.y_valid & dp.dest_ready)
     with m.If(took):
-        m.d.sync += dp.row_out.eq(dp.row_out + dp.beat)
+        m.d.sync += [dp.row_out.eq(dp.row_out + dp.beat), dp.rows_left.eq(dp.rows_left - dp.beat)]
     resid_full, resid_capture = _residual_stage(dp)
     gate_rd = Reader(dp.gate_vec, 0)
     row_out, beat, y8 = dp.row_out, dp.beat, dp.y8
@@ -206,7 +210,7 @@ def _attention_and_head_destinations(dp: Datapath) -> None:
     with m.Switch(dp.mv_mode):
         with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
             m.d.comb += [softmax.i.valid.eq(valid), dp.dest_ready.eq(softmax.i.ready),
-                         softmax.i.payload.count.eq(beat), softmax.i.payload.last.eq(row_out + beat == dp.mv_rows)]
+                         softmax.i.payload.count.eq(beat), softmax.i.payload.last.eq(dp.last_beat)]
             m.d.comb += [softmax.i.payload.scores[e].eq(ys[e]) for e in range(softmax.in_lanes)]
         with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
             element = Signal(range(dp.qdim))
@@ -221,7 +225,7 @@ def _attention_and_head_destinations(dp: Datapath) -> None:
                         m.d.sync += dp.t16[j].eq(dp.y16[0])
         with m.Case(Mode.LOGITS):
             m.d.comb += [argmax.i.valid.eq(valid), dp.dest_ready.eq(argmax.i.ready),
-                         argmax.i.payload.count.eq(beat), argmax.i.payload.last.eq(row_out + beat == dp.mv_rows)]
+                         argmax.i.payload.count.eq(beat), argmax.i.payload.last.eq(dp.last_beat)]
             m.d.comb += [argmax.i.payload.values[e].eq(ys[e]) for e in range(dp.wide)]
 
 
