@@ -150,7 +150,7 @@ def _destinations(dp: Datapath) -> None:
     m.d.comb += took.eq(dp.y_valid & dp.dest_ready)
     with m.If(took):
         m.d.sync += [dp.row_out.eq(dp.row_out + dp.beat), dp.rows_left.eq(dp.rows_left - dp.beat)]
-    resid_full, resid_capture = _residual_stage(dp)
+    resid_free, resid_capture = _residual_stage(dp)
     gate_rd = Reader(dp.gate_vec, 0)
     row_out, beat, y8 = dp.row_out, dp.beat, dp.y8
     with m.Switch(dp.mv_mode):
@@ -162,8 +162,8 @@ def _destinations(dp: Datapath) -> None:
             m.d.comb += dp.dest_ready.eq(1)
             beat_bank_write(m, dp.v_wr, row_out, dp.layer_sel * dp.v_layer + (row_out // dp.attn_rows) * dp.c_ctx +
                             dp.position // dp.lanes, dp.position % dp.lanes, y8, beat, took)
-        with m.Case(Mode.RESID):  # through the residual stage
-            m.d.comb += [dp.dest_ready.eq(~resid_full | dp.norm_in_ready), dp.resid_rd.addr.eq(row_out)]
+        with m.Case(Mode.RESID):  # through the residual stages
+            m.d.comb += dp.dest_ready.eq(resid_free)
             with m.If(took):
                 m.d.sync += resid_capture
         with m.Case(Mode.GATE):
@@ -179,25 +179,33 @@ def _destinations(dp: Datapath) -> None:
                     m.d.comb += unit.i.payload.eq(y8[e])
 
 
-def _residual_stage(dp: Datapath) -> tuple[Signal, object]:
-    """resid += y16 (saturated) for a beat goes through a register on its way into the residual and the norm unit:
-    the read, add and saturation in one cycle, the write and the norm's input word in the next (in one cycle
-    they were the ECP5 critical path). Rows of consecutive beats differ, so no beat reads what the register
-    still holds. The register drains whatever the mode (the product may have ended); -> (full, the capture
-    statements for the RESID mode)."""
+def _residual_stage(dp: Datapath) -> tuple[Signal, list]:
+    """resid += y16 (saturated) for a beat, in two registers on its way into the residual and the norm unit: the
+    beat with the residual's run (read by its own reader at row_out), then the saturated sum, which is written
+    and handed to the norm. In one cycle, read, add, write and the norm's input word were the ECP5 critical path.
+    Rows of consecutive beats differ, so no beat reads what the stages still hold. The stages drain whatever the
+    mode (the product may have ended); -> (the first stage is free, its capture statements for the RESID mode)."""
     m, wide = dp.m, dp.wide
-    full = Signal(name="resid_stage_full")
-    row, beat = Signal.like(dp.row_out, name="resid_stage_row"), Signal.like(dp.beat, name="resid_stage_beat")
-    values = [Signal(signed(16), name=f"resid_stage{e}") for e in range(wide)]
-    drained = Signal()
-    m.d.comb += drained.eq(full & dp.norm_in_ready)
-    with m.If(drained):
-        m.d.sync += full.eq(0)
-        m.d.comb += [dp.resid_took.eq(1), dp.resid_beat.eq(beat), *(dp.resid_new[e].eq(values[e]) for e in range(wide))]
-        run_into(m, dp.resid, row, values, beat, 1)
-    capture = [full.eq(1), row.eq(dp.row_out), beat.eq(dp.beat),
-               *(values[e].eq(saturate(dp.resid_rd.run[e] + dp.y16[e], 16)) for e in range(wide))]
-    return full, capture
+    m.d.comb += dp.resid_upd.addr.eq(dp.row_out)
+    a_full, b_full = Signal(name="resid_read_full"), Signal(name="resid_sum_full")
+    a_row, b_row = (Signal.like(dp.row_out, name=f"resid_{n}_row") for n in ("read", "sum"))
+    a_beat, b_beat = (Signal.like(dp.beat, name=f"resid_{n}_beat") for n in ("read", "sum"))
+    old = [Signal(signed(16), name=f"resid_old{e}") for e in range(wide)]
+    add = [Signal(signed(16), name=f"resid_add{e}") for e in range(wide)]
+    new = [Signal(signed(16), name=f"resid_sum{e}") for e in range(wide)]
+    b_out, a_to_b, a_free = Signal(), Signal(), Signal()
+    m.d.comb += [b_out.eq(b_full & dp.norm_in_ready), a_to_b.eq(a_full & (~b_full | b_out)),
+                 a_free.eq(~a_full | a_to_b)]
+    with m.If(b_out):
+        m.d.sync += b_full.eq(0)
+        m.d.comb += [dp.resid_took.eq(1), dp.resid_beat.eq(b_beat), *(dp.resid_new[e].eq(new[e]) for e in range(wide))]
+        run_into(m, dp.resid, b_row, new, b_beat, 1)
+    with m.If(a_to_b):
+        m.d.sync += [a_full.eq(0), b_full.eq(1), b_row.eq(a_row), b_beat.eq(a_beat),
+                     *(new[e].eq(saturate(old[e] + add[e], 16)) for e in range(wide))]
+    capture = [a_full.eq(1), a_row.eq(dp.row_out), a_beat.eq(dp.beat),
+               *(old[e].eq(dp.resid_upd.run[e]) for e in range(wide)), *(add[e].eq(dp.y16[e]) for e in range(wide))]
+    return a_free, capture
 
 
 def _attention_and_head_destinations(dp: Datapath) -> None:

@@ -55,7 +55,7 @@ def build_weights(dp: Datapath) -> None:
 def build_buffers(dp: Datapath) -> None:
     """Activation buffers, the KV cache banks and the element vectors, with their ports.
     Adds: act_layout, mems, rd, wr, k_layer, v_layer, k_rd, k_wr, v_rd, v_wr, resid, gate_vec, raw_q, raw_k,
-    resid_rd, rq1, rq2, rk1, rk2, memories."""
+    resid_rd, resid_upd, rq1, rq2, rk1, rk2, memories."""
     m, cfg, lanes, wide = dp.m, dp.qm.config, dp.lanes, dp.wide
     dp.act_layout = data.ArrayLayout(signed(ACT_BITS), lanes)
     kv_layout = data.ArrayLayout(signed(KV_BITS), lanes)
@@ -77,7 +77,7 @@ def build_buffers(dp: Datapath) -> None:
     for b in range(dp.attn_rows):
         m.submodules[f"kcache{b}"], m.submodules[f"vcache{b}"] = kcache[b], vcache[b]
     # element vectors the epilogue writes `wide` rows at a time (banked: rtl/banked_vector.py)
-    dp.resid = BankedVector(m, "resid", signed(16), dp.d, wide)
+    dp.resid = BankedVector(m, "resid", signed(16), dp.d, wide, readers=2)  # the norm / embedding; the update
     dp.gate_vec = BankedVector(m, "gate", signed(8), cfg.ffn, wide)
     # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
     dp.raw_q = BankedVector(m, "raw_q", signed(8), dp.qdim, wide, readers=2)
@@ -86,7 +86,7 @@ def build_buffers(dp: Datapath) -> None:
                    **{f"vcache{b}": mem for b, mem in enumerate(vcache)}}
     for name, vec in (("resid", dp.resid), ("gate", dp.gate_vec), ("raw_q", dp.raw_q), ("raw_k", dp.raw_k)):
         dp.memories.update({f"{name}{b}": mem for b, mem in enumerate(vec.memories)})
-    dp.resid_rd = Reader(dp.resid, 0)
+    dp.resid_rd, dp.resid_upd = Reader(dp.resid, 0), Reader(dp.resid, 1)
     dp.rq1, dp.rq2, dp.rk1, dp.rk2 = Reader(dp.raw_q, 0), Reader(dp.raw_q, 1), Reader(dp.raw_k, 0), Reader(dp.raw_k, 1)
     dp.rd = {name: mem.read_port() for name, mem in dp.mems.items()}
     dp.wr = {name: mem.write_port(granularity=1) for name, mem in dp.mems.items()}

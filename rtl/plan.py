@@ -21,7 +21,7 @@ from .skid_buffer import LATENCY as SKID_LATENCY
 
 MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
 #                                                                buffer, start and hand-over states
-RESID_STAGE = 1  # the residual update's register (rtl/decoder_epilogue.py): a norm loaded by a product ends a cycle later
+RESID_STAGE = 2  # the residual update's registers (rtl/decoder_epilogue.py): a norm loaded by a product ends 2 cycles later
 KV_BITS = 8  # KV cache entries are int8 (numerics §6)
 VECTOR_LANES = 8  # elements per cycle of the norm's output pass (at most)
 
