@@ -6,7 +6,7 @@ norm, softmax, activation tables, RoPE, argmax). Nothing here is sequenced: the 
 from __future__ import annotations
 
 from amaranth.hdl import signed, unsigned
-from amaranth.lib import data
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 
 from ..quant.qmodel import QLinear
@@ -20,6 +20,7 @@ from .plan import KV_BITS, kv_layer_words, row_code_bits, score_beat, weight_for
 from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
+from .skid_buffer import SkidBuffer
 from .softmax import Softmax
 from .weight_banks import WeightBanks
 from .weight_store import WeightStore
@@ -99,7 +100,7 @@ def build_buffers(dp: Datapath) -> None:
 def build_units(dp: Datapath) -> None:
     """Row units, serializer, rescales, the norm unit (every norm site), the softmax (every layer), one activation
     unit per epilogue lane (every layer's table), RoPE and the argmax.
-    Adds: macs, serializer, rescales, emb_rescale, norm_unit, norm_names, softmax, acts, rope, argmax."""
+    Adds: macs, serializer, rescales, emb_rescale, norm_unit, norm_names, softmax, softmax_in, acts, rope, argmax."""
     m, qm, plan, cfg = dp.m, dp.qm, dp.plan, dp.qm.config
     # the first rows multiply on DSP blocks, the rest by shift-add, each only as wide as the codes it sees
     dp.macs = [MacArray(dp.lanes, act_bits=ACT_BITS, acc_bits=dp.acc_bits, code_bits=row_code_bits(qm, plan, r),
@@ -125,6 +126,10 @@ def build_units(dp: Datapath) -> None:
     m.submodules.softmax = dp.softmax = Softmax(dp.ctx, [layer.sm_mult for layer in qm.layers],
                                                 [layer.sm_shift for layer in qm.layers], lanes=plan.softmax_lanes,
                                                 in_lanes=score_beat(plan, dp.hd))
+    # its input through a register: the beat's maximum and the running one were the ECP5 critical path with
+    # the epilogue's mode decode in front of them
+    m.submodules.softmax_skid = dp.softmax_in = SkidBuffer(dp.softmax.i.payload.shape())
+    wiring.connect(m, dp.softmax_in.o, dp.softmax.i)
     dp.acts = []
     for e in range(dp.wide):
         unit = (Glu if dp.gated else TableLookup)(*(layer.act_table for layer in qm.layers))

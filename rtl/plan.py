@@ -182,7 +182,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases.append(_matvec("scores", f"{prefix}.head{h}.scores", n, hd, attn, plan,
                                   width=plan.epilogue_lanes if score_beat(plan, hd) > 1 else 1))
             words = -(-n // plan.softmax_lanes)  # the scores load while SCORES runs; then the exponent and output passes
-            phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + 22, 22))
+            tail = 22 + SKID_LATENCY  # the last score through the softmax's input register, then its fixed steps
+            phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + tail, tail))
             phases.append(_matvec("pv", f"{prefix}.head{h}.pv", hd, n, attn, plan))
         for site in ("o", "gate", "up", "down"):
             lin = getattr(layer, site)
