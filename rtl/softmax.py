@@ -6,7 +6,7 @@
 The maximum is only known after the whole row, so the row is buffered (written once, read twice):
 
 1. LOAD: accept the scores (a beat of up to `in_lanes` per cycle), store them (`lanes` to a word),
-   track the maximum.
+   track the maximum (the beat's, then a cycle later the row's).
 2. EXP: read a word of scores back per cycle, compute each z (a constant multiply, pipelined, on
    only as many bits of best - score as can stay below the table's saturation), look EXP up (a
    registered case table per lane), write the e_t over the scores they came from (one memory, not two) and
@@ -213,6 +213,13 @@ class Softmax(wiring.Component):
         with m.If(exp_issue):
             m.d.sync += live1.eq(Cat(*[(first_lane + k) < count for k in range(lanes)]))
 
+        # the running maximum a cycle behind the beat's: final the cycle after the last beat, before EXP's
+        # first score leaves the read port (in one cycle, the two compares were the ECP5 critical path)
+        beat_top, beat_first, beat_held = Signal(signed(sb)), Signal(), Signal()
+        m.d.sync += beat_held.eq(0)
+        with m.If(beat_held & (beat_first | (beat_top > best))):
+            m.d.sync += best.eq(beat_top)
+
         with m.FSM():
             with m.State("LOAD"):
                 beat, in_lanes = self.i.payload, self.in_lanes
@@ -228,9 +235,8 @@ class Softmax(wiring.Component):
                 write_run(m, wr, count, beat.scores, n_kept, self.i.valid & kept[0], lanes)
                 with m.If(self.i.valid):
                     with m.If(kept[0]):
-                        m.d.sync += count.eq(count + n_kept)
-                        with m.If((count == 0) | (top > best)):
-                            m.d.sync += best.eq(top)
+                        m.d.sync += [count.eq(count + n_kept), beat_top.eq(top), beat_first.eq(count == 0),
+                                     beat_held.eq(1)]
                     with m.If(count + beat.count > n_max):
                         m.d.sync += self.overflow.eq(1)  # dropped
                     with m.If(beat.last):
