@@ -78,16 +78,17 @@ class NormUnit(wiring.Component):
     Output word k holds elements k*lanes .. k*lanes + lanes - 1; lanes past d are 0. Vectors are
     processed one at a time; `i.ready` is low from the last element of a vector until the last output
     word of that vector has been taken. With w = ceil(d / lanes) and without idle input or
-    backpressure, one vector takes d + w + 13 cycles (rms) or d + 2w + 14 cycles (layer) from its
+    backpressure, one vector takes d + w + 14 cycles (rms) or d + 2w + 15 cycles (layer) from its
     first input to the first input of the next:
 
     - load, d cycles (one per beat): write x into the RAM; rms squares and sums x on the way, layer sums x.
     - layer only, w cycles: read x back, u = d*x - sum, square and sum a word of u per cycle.
-    - 5 cycles (rms) or 6 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM.
+    - 6 cycles (rms) or 7 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM, register
+      its word.
     - w + 8 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
       (Rescale, 5 stages); the output words come one per cycle.
 
-    Latency: the first output word is valid 14 cycles (rms) or w + 15 cycles (layer) after the cycle
+    Latency: the first output word is valid 15 cycles (rms) or w + 16 cycles (layer) after the cycle
     that takes the last input. Backpressure stalls the output pipeline as a whole; `o.valid` never waits
     on `o.ready`.
     """
@@ -225,7 +226,11 @@ class NormUnit(wiring.Component):
         index = Signal(RSQRT_INDEX_BITS)  # m = ss >> e, 1..1023
         rshift = Signal(range(rshift_max + 1))  # e/2 + 8
         half = Signal(round_bits)  # 2**(e/2 + 7)
-        m.d.comb += r_rd.addr.eq(index)  # index is fixed from the cycle before the output pass to its end
+        m.d.comb += r_rd.addr.eq(index)  # index is fixed from two cycles before the output pass to its end
+        # the block RAM's word registered before its multiplier: block RAM (no output register) -> DSP -> carry
+        # chain in one cycle was the ECP5 critical path
+        r = Signal.like(r_rd.data)
+        m.d.sync += r.eq(r_rd.data)
 
         # output pipeline: issue -> RAM/ROM read -> u * r -> rounding shift -> Rescale (5 stages), a word per cycle
         advance = Signal()
@@ -246,7 +251,7 @@ class NormUnit(wiring.Component):
             m.d.comb += rounded.eq((prod + half) >> rshift)
             with m.If(advance):
                 m.d.sync += [
-                    prod.eq(u_rd[k] * r_rd.data),
+                    prod.eq(u_rd[k] * r),
                     rescale.i.valid.eq(v_prod),
                     rescale.i.payload.value.eq(Mux(live_prod[k], rounded, 0)),  # fits int17 (§4); padding: 0
                     rescale.i.payload.mult.eq(coef[k][:MULT_BITS]),
@@ -288,6 +293,8 @@ class NormUnit(wiring.Component):
                     rshift.eq(e_half + 8),
                     half.eq(Const(1, 1) << (e_half + 7)),
                 ]
+                m.next = "ROM"
+            with m.State("ROM"):  # the RSQRT word is read; the next cycle it is in r, a register beside the DSP
                 m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += [

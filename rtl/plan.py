@@ -147,7 +147,7 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
     """What is left of a norm once its input has streamed in: the sums' drain and the output words
     (LayerNorm: also its sum-of-squares pass over the words)."""
     words = -(-qm.config.d_model // plan.vector_lanes)
-    tail = 2 * words + 9 if qm.config.norm == "layer" else words + 8
+    tail = 2 * words + 10 if qm.config.norm == "layer" else words + 9
     return tail + RESCALE_LATENCY
 
 
