@@ -54,10 +54,10 @@ def build_epilogue(dp: Datapath) -> None:
     m.d.comb += skid.o.ready.eq(dp.dest_ready)
     _destinations(dp)
     _attention_and_head_destinations(dp)
-    hid_count = _hidden_writer(dp)
+    hid_left = _hidden_writer(dp)
     dp.mv_done = Signal()
     m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.mv_start & (dp.rows_left == 0) &
-                              Mux(dp.mv_mode == Mode.UP, hid_count == dp.mv_rows, 1))
+                              Mux(dp.mv_mode == Mode.UP, hid_left == 0, 1))
 
 
 def _rescale_inputs(dp: Datapath) -> None:
@@ -238,18 +238,21 @@ def _attention_and_head_destinations(dp: Datapath) -> None:
 
 
 def _hidden_writer(dp: Datapath) -> Signal:
-    """The activation units' output, beats of hidden[o] in order, into the hidden buffer; -> rows written."""
+    """The activation units' output, beats of hidden[o] in order, into the hidden buffer; -> rows not yet written
+    (a register, like the epilogue's rows left: a subtraction in front of the write enables was the critical
+    path)."""
     m, wide = dp.m, dp.wide
     hid_count = Signal(range(dp.qm.config.ffn + 1))
+    hid_left = Signal.like(dp.mv_rows)
     for unit in dp.acts:
         m.d.comb += unit.o.ready.eq(1)
     hid_valid, hid_beat = Signal(), Signal(range(wide + 1))
     m.d.comb += [hid_valid.eq(dp.acts[0].o.valid),
-                 hid_beat.eq(Mux(dp.mv_rows - hid_count < dp.step, dp.mv_rows - hid_count, dp.step))]
+                 hid_beat.eq(Mux(hid_left < dp.step, hid_left, dp.step))]
     write_run(m, dp.wr["hid"], hid_count, [unit.o.payload for unit in dp.acts], hid_beat, hid_valid, dp.lanes)
     with m.If(hid_valid):
-        m.d.sync += hid_count.eq(hid_count + hid_beat)
-    with m.If(dp.mv_start):
-        m.d.sync += hid_count.eq(0)
-    return hid_count
+        m.d.sync += [hid_count.eq(hid_count + hid_beat), hid_left.eq(hid_left - hid_beat)]
+    with m.If(dp.mv_start):  # mv_rows is set by then
+        m.d.sync += [hid_count.eq(0), hid_left.eq(dp.mv_rows)]
+    return hid_left
 
