@@ -102,7 +102,7 @@ def cycles_per_token(folder: Path) -> tuple[float, str]:
 # == GetSize(conn.second)`) or exits silently on ordinary pipeline registers (after LUT RAM reads, between DSP
 # products and their sum): the ECP5 script stops before that step and maps with classic ABC instead
 ECP5_SYNTH_OPTS = "-run :map_luts"
-ECP5_MAP_LUTS = "techmap -map +/lattice/latches_map.v; abc -lut 4:7 -dress; clean; synth_ecp5 -run map_cells:"
+ECP5_MAP_LUTS = f"techmap -map +/lattice/latches_map.v; abc -lut 4:7 -dress; clean; synth_ecp5 -run map_cells: -top {NAME}"
 AUTO_MARGIN = 0.9  # --clock-mhz auto: the PLL goes to at most this fraction of the Fmax achieved at the default clock
 AUTO_GAIN = 1.05  # ... and only when that is at least this much faster than the default clock
 
@@ -133,7 +133,7 @@ def _synthesis_script(family: str) -> dict[str, str]:
     stat = f"tee -q -o {NAME}.stat.json stat -json"
     if family != "ecp5":
         return {"script_after_synth": stat}
-    return {"synth_opts": ECP5_SYNTH_OPTS, "script_after_synth": f"{ECP5_MAP_LUTS} -top {NAME}; {stat}"}
+    return {"synth_opts": ECP5_SYNTH_OPTS, "script_after_synth": f"{ECP5_MAP_LUTS}; {stat}"}
 
 
 def build_board(folder: Path, board: str, *, clock_mhz: float | str | None = None, baud: int = 115200,

@@ -214,12 +214,12 @@ def _attention_and_head_destinations(dp: Datapath) -> None:
     m, row_out, beat, took = dp.m, dp.row_out, dp.beat, dp.took
     ys = dp.y32  # rescale(acc), clamped to int32
     valid = dp.y_valid
-    softmax, argmax, wr_act = dp.softmax_in, dp.argmax, dp.wr["act"]  # the softmax behind its input register
+    scores_in, argmax, wr_act = dp.softmax_in, dp.argmax, dp.wr["act"]  # the softmax, behind its input register
     with m.Switch(dp.mv_mode):
         with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
-            m.d.comb += [softmax.i.valid.eq(valid), dp.dest_ready.eq(softmax.i.ready),
-                         softmax.i.payload.count.eq(beat), softmax.i.payload.last.eq(dp.last_beat)]
-            m.d.comb += [softmax.i.payload.scores[e].eq(ys[e]) for e in range(dp.softmax.in_lanes)]
+            m.d.comb += [scores_in.i.valid.eq(valid), dp.dest_ready.eq(scores_in.i.ready),
+                         scores_in.i.payload.count.eq(beat), scores_in.i.payload.last.eq(dp.last_beat)]
+            m.d.comb += [scores_in.i.payload.scores[e].eq(ys[e]) for e in range(dp.softmax.in_lanes)]
         with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
             element = Signal(range(dp.qdim))
             m.d.comb += [dp.dest_ready.eq(1), element.eq(dp.head * dp.hd + row_out),

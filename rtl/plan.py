@@ -158,13 +158,18 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
     rows, attn = plan.rows, plan.attn_rows(hd)
     n = position + 1
     norm = norm_tail_cycles(qm, plan)
+
+    def norm_phase(name: str, loaded_by_product: bool) -> Phase:
+        """A norm's tail; one a product loaded ends RESID_STAGE cycles later (the residual update's registers)."""
+        tail = norm + (RESID_STAGE if loaded_by_product else 0)
+        return Phase("norm", name, 0, tail, tail - plan.chunks_of(d, plan.vector_lanes))
+
     # the embedding (and learned positions) row: per word a read, `lanes` elements into the rescale, a hand-over
     passes = 2 if cfg.positions == "learned" else 1
     phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
     for i, layer in enumerate(qm.layers):
         prefix = f"layers.{i}"
-        tail = norm + (RESID_STAGE if i else 0)  # the first is loaded by the embedding, the others by DOWN
-        phases.append(Phase("norm", f"{prefix}.attn_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
+        phases.append(norm_phase(f"{prefix}.attn_norm", i > 0))  # the first is loaded by the embedding, the others by DOWN
         for site in ("q", "k", "v"):
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
@@ -196,10 +201,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain,
                                   width=epilogue_width(qm, plan, site)))
             if site == "o":
-                tail = norm + RESID_STAGE
-                phases.append(Phase("norm", f"{prefix}.mlp_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
-    tail = norm + RESID_STAGE
-    phases.append(Phase("norm", "final_norm", 0, tail, tail - plan.chunks_of(d, plan.vector_lanes)))
+                phases.append(norm_phase(f"{prefix}.mlp_norm", True))
+    phases.append(norm_phase("final_norm", True))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, ARGMAX_LATENCY + 1, ARGMAX_LATENCY + 1))  # its stages; the token out
     phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed
