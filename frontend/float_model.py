@@ -27,18 +27,22 @@ def _linear(x: torch.Tensor, lin: Linear) -> torch.Tensor:
 
 
 Observer = Callable[[str, torch.Tensor], None]
+Transform = Callable[[str, torch.Tensor], torch.Tensor]  # (site, value) -> the value the model goes on with
 
 
 def _ignore(name: str, value: torch.Tensor) -> None:
     pass
 
 
-def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer, name: str) -> torch.Tensor:
+def _keep(name: str, value: torch.Tensor) -> torch.Tensor:
+    return value
+
+
+def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer, name: str,
+          transform: Transform = _keep) -> torch.Tensor:
     if kind == "layer":
         x = x - x.mean(-1, keepdim=True)
-        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    else:
-        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    normed = transform(name, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
     observe(name, normed)  # before the gain: the gain folds into the next projection's weights
     out = normed * _t(norm.weight)
     return out if norm.bias is None else out + _t(norm.bias)
@@ -57,38 +61,44 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: ModelConfig,
+            transform: Transform = _keep, name: str = "") -> torch.Tensor:
     """q (b, h, t, hd), k/v (b, kvh, T, hd), mask (t, T) of allowed keys -> (b, t, h * hd)."""
     b, _, t, _ = q.shape
     group = cfg.n_heads // cfg.n_kv_heads
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, T, hd)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, T)
     scores = scores.masked_fill(~mask, float("-inf"))
-    y = scores.softmax(-1) @ v  # (b, h, t, hd)
+    y = transform(f"{name}.probs", scores.softmax(-1)) @ v  # (b, h, t, hd)
     return y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
 
 
-def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: int) -> torch.Tensor:
+def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: int,
+         transform: Transform = _keep) -> torch.Tensor:
     """The MLP of block i on the normed residual h: its contribution to the residual."""
-    up = _linear(h, layer.up)
+    up = transform(f"layers.{i}.up", _linear(h, layer.up))
     observe(f"layers.{i}.up", up)
     if cfg.activation == "silu_glu":
-        gate = _linear(h, layer.gate)
+        gate = transform(f"layers.{i}.gate", _linear(h, layer.gate))
         observe(f"layers.{i}.gate", gate)
-        inner = F.silu(gate) * up
+        inner = transform(f"layers.{i}.gate_act", F.silu(gate)) * up
     else:
         inner = F.gelu(up, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
+    inner = transform(f"layers.{i}.hidden", inner)
     observe(f"layers.{i}.hidden", inner)
     return _linear(inner, layer.down)
 
 
 @torch.no_grad()
-def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore) -> torch.Tensor:
+def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep) -> torch.Tensor:
     """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32.
 
     observe(site, tensor) sees the values at each site that becomes an integer format in
     hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
-    attention output, gate, up, MLP hidden, logits.
+    attention output, gate, up, MLP hidden, logits. transform(site, tensor) may replace the
+    value at those sites and at two more (`layers.i.probs`, the softmax's output, and
+    `layers.i.gate_act`, SiLU of the gate) before the model goes on: the error budget rounds
+    one site at a time to its integer grid this way (quant/fake_quant.py).
     """
     cfg = ir.config
     b, t = ids.shape
@@ -97,27 +107,26 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore) -
         x = x + _t(ir.pos_embed)[:t]
     else:
         cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, t)  # (t, hd)
-    observe("residual", x)
+
+    def site(name: str, value: torch.Tensor) -> torch.Tensor:
+        value = transform(name, value)
+        observe(name, value)
+        return value
+
+    x = site("residual", x)
     mask = torch.ones(t, t, dtype=torch.bool).tril()
     for i, layer in enumerate(ir.layers):
-        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm")
+        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm", transform)
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        observe(f"layers.{i}.q", q)
-        observe(f"layers.{i}.k", k)
-        observe(f"layers.{i}.v", v)
+        q, k, v = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k), site(f"layers.{i}.v", v)
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            observe(f"layers.{i}.q", q)
-            observe(f"layers.{i}.k", k)
-        y = _attend(q, k, v, mask, cfg)
-        observe(f"layers.{i}.attn_out", y)
-        x = x + _linear(y, layer.o)
-        observe("residual", x)
-        h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm")
-        x = x + _mlp(h, layer, cfg, observe, i)
-        observe("residual", x)
-    logits = _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm"), ir.head)
-    observe("logits", logits)
-    return logits
+            q, k = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k)
+        y = site(f"layers.{i}.attn_out", _attend(q, k, v, mask, cfg, transform, f"layers.{i}"))
+        x = site("residual", x + _linear(y, layer.o))
+        h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm", transform)
+        x = site("residual", x + _mlp(h, layer, cfg, observe, i, transform))
+    return site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
+                                  ir.head))

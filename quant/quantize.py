@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..frontend.float_model import float_forward
-from ..frontend.ir import Linear, ModelIR
+from ..frontend.ir import Linear, ModelConfig, ModelIR
 from .calibrate import Calibration, calibrate, self_generated
 from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
@@ -109,6 +109,29 @@ def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.
     return out
 
 
+def input_steps(folded: ModelIR, steps: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+    """The step of every input column of tensor `name` (None for the embeddings, which are lookups)."""
+    site = _input_site(name)
+    return None if site is None else np.broadcast_to(steps[site], _weights(folded)[name].shape[1:])
+
+
+def rounded_weights(folded: ModelIR, cal: Calibration, scheme: str, avg_bits: float = 4.0) -> ModelIR:
+    """The folded float model with every weight replaced by what its codes stand for under `scheme`.
+
+    The same codes `quantize` stores (input steps folded in, GPTQ), unfolded again: the
+    weights' share of the error budget, with every activation still float.
+    """
+    steps = activation_steps(folded.config, cal)
+    weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
+    bits = choose_bits(scheme, folded, cal, avg_bits, lambda name: input_steps(folded, steps, name))
+    out = folded
+    for name, w in _weights(folded).items():
+        s = input_steps(folded, steps, name)
+        fake = _quantize(name, w, weight_scheme, bits[name], cal, s).dequantize()
+        out = _with_weight(out, name, fake if s is None else fake / s[None, :])
+    return out
+
+
 def _expand_shift(qw: QuantizedWeight) -> torch.Tensor:
     if qw.block_shift is None:
         return torch.zeros(qw.codes.shape, dtype=torch.int64)
@@ -175,6 +198,37 @@ def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
     return dict.fromkeys(weights, width)
 
 
+def residual_and_logit_scales(cal: Calibration) -> dict[str, float]:
+    """The int16 residual's step (one bit of headroom over the calibrated max) and the int32 logits' step."""
+    return {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
+            "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
+
+
+def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray]:
+    """site -> the integer step of every channel there (a scalar site broadcasts one step).
+
+    Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
+    fold into the weights that read them; the sites that feed the KV cache, the softmax and the
+    tables get one int8 step each. The hidden step of a gated MLP is s_gate * s_up: SILU[g] * u is kept exact.
+    """
+    d, gated = cfg.d_model, cfg.activation == "silu_glu"
+    steps: dict[str, np.ndarray] = {}
+    for i in range(cfg.n_layers):
+        n = f"layers.{i}"
+        for site in ("attn_norm", "mlp_norm"):
+            steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d)
+        for site in ("q", "k", "v", "attn_out", "gate")[: 5 if gated else 4]:
+            steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
+        if gated:
+            steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
+            steps[f"{n}.hidden"] = steps[f"{n}.gate"] * steps[f"{n}.up"]
+        else:  # the GELU table needs one input and one output step
+            steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
+            steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])
+    steps["final_norm"] = cal.channel_scales("final_norm", d)
+    return steps
+
+
 def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_ids: torch.Tensor | None = None,
              context: int | None = None, lora: LoraSpec = DEFAULT_LORA) -> QModel:
     """Quantise a ModelIR into the integer program the hardware runs."""
@@ -194,28 +248,13 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
-    scales: dict[str, float] = {"residual": max(cal.amax["residual"], 1e-12) * RESIDUAL_HEADROOM / 2**15,
-                                "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
+    scales = residual_and_logit_scales(cal)
     s_x = scales["residual"]
-    steps: dict[str, np.ndarray] = {}  # site -> int step per channel (scalar sites broadcast)
-    for i in range(cfg.n_layers):
-        n = f"layers.{i}"
-        for site in ("attn_norm", "mlp_norm"):  # matvec inputs: per-channel steps, folded into the weights
-            steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d)
-        for site in ("q", "k", "v", "attn_out", "gate")[: 5 if gated else 4]:  # KV cache, softmax, table inputs
-            steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
-        if gated:  # up's per-row rescale is free, and SILU[g] * u keeps the step per channel
-            steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
-            steps[f"{n}.hidden"] = steps[f"{n}.gate"] * steps[f"{n}.up"]
-        else:  # the GELU table needs one input and one output step
-            steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
-            steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])
-    steps["final_norm"] = cal.channel_scales("final_norm", d)
+    steps = activation_steps(cfg, cal)
     scales.update({site: float(np.max(v)) for site, v in steps.items()})  # reports: the coarsest step
 
     def in_steps(name: str) -> np.ndarray | None:
-        site = _input_site(name)
-        return None if site is None else np.broadcast_to(steps[site], _weights(folded)[name].shape[1:])
+        return input_steps(folded, steps, name)
 
     bits = choose_bits(scheme, folded, cal, avg_bits, in_steps)  # per-tensor widths (mixed36: by sensitivity)
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
