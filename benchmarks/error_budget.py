@@ -44,7 +44,7 @@ from hardwire.quant.quantize import (  # noqa: E402
 SITE_TITLES = {"norm": "norm outputs (int8, per channel)", "q": "q (int8, before and after RoPE)",
                "k": "k (int8, the KV cache)", "v": "v (int8, the KV cache)",
                "probs": "softmax (EXP table, Q15 probabilities)", "attn_out": "attention output (int8)",
-               "gate": "gate and its SILU table (int8)", "up": "up (int8)", "hidden": "MLP hidden (GELU table out)",
+               "gate": "gate (int8) and its SILU table (9 bits out)", "up": "up (int8)", "hidden": "MLP hidden (GELU table out)",
                "residual": "residual (int16)", "logits": "logits (int32)"}
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..quant.qmodel import QModel
-from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, exp_table, rsqrt_table
+from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, SILU_OUT_BITS, exp_table, rsqrt_table
 from ..rtl.datapath import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS, NormSite, coef_words
@@ -124,7 +124,8 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
                             sm_lanes * max(SCORE_BITS, E_BITS)))
     mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
     act_entries = [v for layer in qm.layers for v in layer.act_table.tolist()]
-    mems += [BlockMemory(f"act_table{e}", "tables", len(act_entries), live_bits(act_entries, 8))
+    act_bits = SILU_OUT_BITS if cfg.activation == "silu_glu" else 8
+    mems += [BlockMemory(f"act_table{e}", "tables", len(act_entries), live_bits(act_entries, act_bits))
              for e in range(plan.epilogue_lanes)]
     if cfg.positions == "rope":  # cos and sin per position and pair
         for name, table in (("rope_cos", qm.rope_cos), ("rope_sin", qm.rope_sin)):

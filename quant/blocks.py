@@ -100,8 +100,8 @@ def lookup(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 def glu(gate: torch.Tensor, up: torch.Tensor, silu: torch.Tensor) -> torch.Tensor:
-    """SwiGLU: SILU[gate] * up, kept exact as int16 (its scale is s_gate * s_up): rounding it to int8
-    was the largest single error of the int8 decoder, so the down projection takes 16-bit inputs."""
+    """SwiGLU: SILU[gate] (9 bits at half the gate's step) * up, kept exact as int16 (step s_gate / 2 * s_up):
+    rounding it to int8 was the largest single error of the int8 decoder, so down takes 16-bit inputs."""
     return lookup(gate, silu) * up
 
 

@@ -16,17 +16,18 @@ import torch
 
 from ..frontend.float_model import Transform
 from ..frontend.ir import ModelConfig
-from .tables import EXP_STEP, PROB_BITS, RECIP_BITS, exp_table
+from .tables import EXP_STEP, PROB_BITS, RECIP_BITS, SILU_OUT_BITS, exp_table
 
 SITE_GROUPS = ("norm", "q", "k", "v", "probs", "attn_out", "gate", "up", "hidden", "residual", "logits")
 _EXP = exp_table().double()
 
 
-def _grid(value: torch.Tensor, step: np.ndarray | float, bits: int) -> torch.Tensor:
-    """round(value / step) saturated to a signed `bits`-bit integer, times step (half up, as the datapath)."""
+def _grid(value: torch.Tensor, step: np.ndarray | float, bits: int, symmetric: bool = False) -> torch.Tensor:
+    """round(value / step) saturated to a signed `bits`-bit integer (symmetric: -(2^(b-1) - 1) at the bottom),
+    times step (half up, as the datapath)."""
     s = torch.as_tensor(np.asarray(step, dtype=np.float64)).to(value.dtype)
     top = 2 ** (bits - 1)
-    return torch.floor(value / s + 0.5).clamp(-top, top - 1) * s
+    return torch.floor(value / s + 0.5).clamp(-top + symmetric, top - 1) * s
 
 
 def integer_softmax(probs: torch.Tensor) -> torch.Tensor:
@@ -69,8 +70,8 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
     }
 
     def int8_at(site: str, value: torch.Tensor) -> torch.Tensor:
-        if site.endswith("gate_act"):  # SILU table: int8 out at the gate's own step
-            return _grid(value, steps[site.removesuffix("_act")], 8)
+        if site.endswith("gate_act"):  # SILU table: 9 bits out at half the gate's step, +-255
+            return _grid(value, steps[site.removesuffix("_act")] / 2, SILU_OUT_BITS, symmetric=True)
         if site.endswith(".hidden") and gated:  # SILU[g] * u is exact in int16: nothing to round
             return value
         step = steps[site]

@@ -209,7 +209,7 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
 
     Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
     fold into the weights that read them; the sites that feed the KV cache, the softmax and the
-    tables get one int8 step each. The hidden step of a gated MLP is s_gate * s_up: SILU[g] * u is kept exact.
+    tables get one int8 step each. The hidden step of a gated MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
     """
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
     steps: dict[str, np.ndarray] = {}
@@ -221,7 +221,7 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
             steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
         if gated:
             steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
-            steps[f"{n}.hidden"] = steps[f"{n}.gate"] * steps[f"{n}.up"]
+            steps[f"{n}.hidden"] = steps[f"{n}.gate"] / 2 * steps[f"{n}.up"]  # SILU out at half the gate's step
         else:  # the GELU table needs one input and one output step
             steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
             steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])

@@ -17,6 +17,7 @@ RSQRT_BITS = 23  # RSQRT[m] = round(2**23 / sqrt(m))
 ROPE_BITS = 14  # cos/sin in Q14
 PROB_BITS = 15  # softmax probabilities in Q15
 RECIP_BITS = 30  # softmax reciprocal: floor(2**30 / sum)
+SILU_OUT_BITS = 9  # SILU table output: +-255, symmetric, so that SILU * int8 fits int16
 
 
 def _round(x: float) -> int:
@@ -40,11 +41,18 @@ def _int8(x: float) -> int:
 
 
 def silu_table(in_scale: float) -> torch.Tensor:
-    """SILU[c + 128] = round(silu(c * s) / s): int8 in, int8 out at the same scale (silu(x) <= x for x > 0)."""
+    """SILU[c + 128] = sat(round(silu(c * s) / (s / 2)), +-255): int8 in, 9 bits out at half the input's step.
+
+    The output half-step is where the int8 gate lost most (the error budget, docs/numerics.md §13):
+    silu's negative lobe (>= -0.28) got a handful of codes. 9 bits still fit the product:
+    |SILU * up| <= 255 * 128 < 2**15. silu(x) <= x for x > 0, so 127 * 2 = 254 needs no saturation.
+    """
     def silu(x: float) -> float:  # x * sigmoid(x), without overflowing exp for large |x|
         return x / (1 + math.exp(-x)) if x >= 0 else x * math.exp(x) / (1 + math.exp(x))
 
-    return torch.tensor([_int8(silu(c * in_scale) / in_scale) for c in range(-128, 128)], dtype=torch.int64)
+    top = 2 ** (SILU_OUT_BITS - 1) - 1
+    return torch.tensor([max(-top, min(top, _round(silu(c * in_scale) / (in_scale / 2)))) for c in range(-128, 128)],
+                        dtype=torch.int64)
 
 
 def gelu_table(in_scale: float, out_scale: float, approximate: bool) -> torch.Tensor:

@@ -70,8 +70,10 @@ def test_activation_tables():
     s = 0.05
     silu = silu_table(s)
     for c in (-128, -20, -1, 0, 1, 50, 127):
-        expected = max(-128, min(127, math.floor(c * s / (1 + math.exp(-c * s)) / s + 0.5)))
+        expected = max(-255, min(255, math.floor(c * s / (1 + math.exp(-c * s)) / (s / 2) + 0.5)))
         assert silu[c + 128] == expected
+    assert silu[127 + 128] == 254 and int(silu.min()) == -11  # silu(6.35) = 6.34; silu >= -0.278 = -11.1 half-steps
+    assert int(silu_table(0.0005).min()) == -255  # a tiny step saturates the negative lobe symmetrically
     gelu = gelu_table(0.05, 0.04, approximate=False)
     assert gelu[128] == 0 and gelu[127 + 128] == 127  # gelu(6.35) / 0.04 = 159: saturates
     assert gelu[20 + 128] == math.floor(0.5 * 1.0 * (1 + math.erf(1.0 / math.sqrt(2))) / 0.04 + 0.5)

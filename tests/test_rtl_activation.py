@@ -80,13 +80,15 @@ def test_glu_matches_reference():
 
 
 def test_glu_extreme_products():
-    """A table reaching -128 and 127 (SILU never goes below -64): -128 * -128 = 2**14 is the int16 extreme."""
-    table = torch.tensor(CODES[::-1])  # table[c + 128] = -1 - c: -128 .. 127
+    """A table reaching -255 and 255 (the 9-bit SILU's range): -255 * -128 = 32640 is the int16 extreme."""
+    table = torch.tensor(CODES[::-1])  # table[c + 128] = -1 - c, with the 9-bit extremes at both ends
+    table[0], table[255] = 255, -255
+    assert int(table.min()) == -255 and int(table.max()) == 255
     cases = [(g, u) for g in (-128, 127, 0, -1) for u in (-128, 127, 0)]
     got = _stream(Glu(table), [{"gate": g, "up": u} for g, u in cases], random.Random(4))
     gates, ups = (torch.tensor(c, dtype=torch.int64) for c in zip(*cases, strict=True))
     expected = glu(gates, ups, table).tolist()
-    assert got == expected and max(expected) == 1 << 14 and min(expected) == -127 * 128
+    assert got == expected and max(expected) == 255 * 128 and min(expected) == -255 * 128
 
 
 def test_latencies_and_throughput():
@@ -105,17 +107,18 @@ def test_activations_convert_to_verilog():
 
 @pytest.mark.parametrize("component,name", [(TableLookup, "table"), (Glu, "silu_table")])
 def test_activations_reject_bad_tables(component, name):
-    table = silu_table(0.05)
+    table = silu_table(0.05) if component is Glu else gelu_table(0.05, 0.04, False)
     with pytest.raises(ValueError, match=rf"^{name} must have 256 entries, got 255$"):
         component(table[:255])
     with pytest.raises(ValueError, match=rf"^{name} must have 256 entries, got 257$"):
         component(list(range(-128, 129)))
+    low, high = (-255, 255) if component is Glu else (-128, 127)  # SILU entries are 9 bits
     bad = table.clone()
-    bad[200] = 128
-    with pytest.raises(ValueError, match=rf"^{name}\[200\] = 128 is outside \[-128, 127\]$"):
+    bad[200] = high + 1
+    with pytest.raises(ValueError, match=rf"^{name}\[200\] = {high + 1} is outside \[{low}, {high}\]$"):
         component(bad)
-    bad[200] = -129
-    with pytest.raises(ValueError, match=rf"^{name}\[200\] = -129 is outside \[-128, 127\]$"):
+    bad[200] = low - 1
+    with pytest.raises(ValueError, match=rf"^{name}\[200\] = {low - 1} is outside \[{low}, {high}\]$"):
         component(bad.tolist())
     with pytest.raises(ValueError, match=rf"^{name} must hold integers, got dtype torch.float32$"):
         component(table.float())
