@@ -1,6 +1,8 @@
-"""Train the bundled tiny Llama on a character corpus and export it to ONNX.
+"""Train a bundled tiny Llama on a corpus and export it to ONNX.
 
-    python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/
+    python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/      # characters, 3 x 128
+    python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/ --name tinyshakespeare_pieces \
+        --pieces 512 --d-model 64 --layers 4 --ffn 172                               # word pieces, llama2.c 260K shape
 
 Deterministic for a given seed and thread count. The last 10% of the corpus is the
 validation split, the same split the quality benchmarks use.
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from hardwire.frontend.vocab import encode, learn_pieces
 
 try:
     from hardwire.examples.tiny_llama import TinyLlama, TinyLlamaConfig, export_onnx
@@ -58,18 +62,24 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pieces", type=int, default=0, help="learn a word-piece vocabulary of this size (0: characters)")
+    parser.add_argument("--d-model", type=int, default=TinyLlamaConfig.d_model)
+    parser.add_argument("--layers", type=int, default=TinyLlamaConfig.n_layers)
+    parser.add_argument("--heads", type=int, default=TinyLlamaConfig.n_heads)
+    parser.add_argument("--ffn", type=int, default=TinyLlamaConfig.ffn)
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     text = args.corpus.read_text(encoding="utf-8")
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
     train_text, val_text = split_corpus(text)
-    train = torch.tensor([stoi[c] for c in train_text], dtype=torch.long)
-    val = torch.tensor([stoi[c] for c in val_text], dtype=torch.long)
+    vocab = list(learn_pieces(train_text, args.pieces) if args.pieces else sorted(set(text)))
+    train = torch.tensor(encode(train_text, vocab), dtype=torch.long)
+    val = torch.tensor(encode(val_text, vocab), dtype=torch.long)
+    print(f"vocabulary {len(vocab)}; {len(train_text) / len(train):.2f} characters per token")
 
-    cfg = TinyLlamaConfig(vocab_size=len(chars))
+    cfg = TinyLlamaConfig(vocab_size=len(vocab), d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
+                          ffn=args.ffn)
     model = TinyLlama(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"config {cfg}\nparameters {n_params}")
@@ -105,15 +115,17 @@ def main() -> None:
             print(msg, flush=True)
 
     val_loss = evaluate(model, val, cfg.context)
-    print(f"final validation loss (last 10% of the corpus): {val_loss:.4f}")
+    print(f"final validation loss (last 10% of the corpus): {val_loss:.4f} nats/token, "
+          f"{val_loss * len(val) / len(val_text):.4f} nats/character")
     args.out.mkdir(parents=True, exist_ok=True)
     onnx_path = args.out / f"{args.name}.onnx"
-    vocab_json = json.dumps(chars)
+    vocab_json = json.dumps(vocab)
     export_onnx(model, str(onnx_path), metadata={"hardwire.vocab": vocab_json})
     (args.out / f"{args.name}.vocab.json").write_text(vocab_json + "\n")
     (args.out / f"{args.name}.train.json").write_text(json.dumps({
         "config": cfg.__dict__, "parameters": n_params, "steps": args.steps, "batch": args.batch,
         "lr": args.lr, "seed": args.seed, "val_loss": round(val_loss, 4),
+        "val_loss_per_char": round(val_loss * len(val) / len(val_text), 4), "val_tokens": len(val),
         "train_seconds": round(time.time() - t0), "corpus_chars": len(text)}, indent=2) + "\n")
     print(f"wrote {onnx_path}")
 

@@ -97,7 +97,8 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
     attention output, gate, up, MLP hidden, logits. transform(site, tensor) may replace the
     value at those sites and at two more (`layers.i.probs`, the softmax's output, and
-    `layers.i.gate_act`, SiLU of the gate) before the model goes on: the error budget rounds
+    `layers.i.gate_act`, SiLU of the gate; q and k before RoPE are `layers.i.q_raw`, `k_raw`)
+    before the model goes on: the error budget rounds
     one site at a time to its integer grid this way (quant/fake_quant.py).
     """
     cfg = ir.config
@@ -108,8 +109,9 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     else:
         cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, t)  # (t, hd)
 
-    def site(name: str, value: torch.Tensor) -> torch.Tensor:
-        value = transform(name, value)
+    def site(name: str, value: torch.Tensor, form: str = "") -> torch.Tensor:
+        """transform sees `name` + form (`_raw`: q or k before RoPE), observe pools them under `name`."""
+        value = transform(name + form, value)
         observe(name, value)
         return value
 
@@ -120,7 +122,8 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        q, k, v = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k), site(f"layers.{i}.v", v)
+        raw = "_raw" if cfg.positions == "rope" else ""
+        q, k, v = site(f"layers.{i}.q", q, raw), site(f"layers.{i}.k", k, raw), site(f"layers.{i}.v", v)
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             q, k = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k)

@@ -49,13 +49,17 @@ def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: t
     return rescale(t, mult, shift, 8)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on int8 heads (..., heads, head_dim) with Q14 tables (..., head_dim / 2)."""
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, frac: int = 0) -> torch.Tensor:
+    """Rotate-half RoPE on heads (..., heads, head_dim) with Q14 tables (..., head_dim / 2), to int8.
+
+    x carries `frac` more fraction bits than the int8 result (int12 with frac 4 from the q/k projections):
+    the rotation's own rounding is then the only one that lands on the int8 grid.
+    """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
-    y1 = round_shift(x1 * c - x2 * s, ROPE_BITS)
-    y2 = round_shift(x2 * c + x1 * s, ROPE_BITS)
+    y1 = round_shift(x1 * c - x2 * s, ROPE_BITS + frac)
+    y2 = round_shift(x2 * c + x1 * s, ROPE_BITS + frac)
     return saturate(torch.cat((y1, y2), dim=-1), 8)
 
 

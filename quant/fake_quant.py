@@ -16,7 +16,7 @@ import torch
 
 from ..frontend.float_model import Transform
 from ..frontend.ir import ModelConfig
-from .tables import EXP_STEP, PROB_BITS, RECIP_BITS, SILU_OUT_BITS, exp_table
+from .tables import EXP_STEP, PROB_BITS, RECIP_BITS, ROPE_IN_FRAC, SILU_OUT_BITS, exp_table
 
 SITE_GROUPS = ("norm", "q", "k", "v", "probs", "attn_out", "gate", "up", "hidden", "residual", "logits")
 _EXP = exp_table().double()
@@ -51,7 +51,7 @@ def site_group(site: str) -> str:
     if site.endswith("norm"):
         return "norm"
     last = site.rsplit(".", 1)[-1]
-    return "gate" if last == "gate_act" else last
+    return {"gate_act": "gate", "q_raw": "q", "k_raw": "k"}.get(last, last)
 
 
 def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, float], groups: set[str]) -> Transform:
@@ -72,6 +72,8 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
     def int8_at(site: str, value: torch.Tensor) -> torch.Tensor:
         if site.endswith("gate_act"):  # SILU table: 9 bits out at half the gate's step, +-255
             return _grid(value, steps[site.removesuffix("_act")] / 2, SILU_OUT_BITS, symmetric=True)
+        if site.endswith("_raw"):  # q, k into RoPE: int12 at a 16x finer step (ROPE_IN_FRAC)
+            return _grid(value, steps[site.removesuffix("_raw")] / 2**ROPE_IN_FRAC, 8 + ROPE_IN_FRAC)
         if site.endswith(".hidden") and gated:  # SILU[g] * u is exact in int16: nothing to round
             return value
         step = steps[site]

@@ -33,7 +33,7 @@ class QLinear:
     bits: int  # code width (3, 4, 6, 8; 4 for MXFP4)
     scheme: str  # "int" or "mxfp4"
     in_bits: int  # input activation width: 8, or 16 for the down projection of a gated MLP
-    out_bits: int  # 8 (activation), 16 (residual) or 32 (logits)
+    out_bits: int  # 8 (activation), 12 (q, k into RoPE), 16 (residual) or 32 (logits)
     acc_bits: int  # declared accumulator width, checked at compile time against the worst case
     error: float  # relative Frobenius error of the quantised weight
 

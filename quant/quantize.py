@@ -20,7 +20,7 @@ from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
 from .gptq import gptq
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
-from .tables import EXP_STEP, PROB_BITS, exp_table, gelu_table, rope_tables, rsqrt_table, silu_table
+from .tables import EXP_STEP, PROB_BITS, ROPE_IN_FRAC, exp_table, gelu_table, rope_tables, rsqrt_table, silu_table
 from .weights import QuantizationError, QuantizedWeight, allocate_bits, quantize_int, quantize_mxfp4
 
 SCHEMES = ("int8", "int4", "int3", "mixed36", "mxfp4")
@@ -257,6 +257,8 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         return input_steps(folded, steps, name)
 
     bits = choose_bits(scheme, folded, cal, avg_bits, in_steps)  # per-tensor widths (mixed36: by sensitivity)
+    raw_frac = ROPE_IN_FRAC if cfg.positions == "rope" else 0  # q, k into RoPE: int12 at a 16x finer step
+    raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
     layers = []
     for i, layer in enumerate(folded.layers):
@@ -275,18 +277,22 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             table = gelu_table(float(s["up"][0]), float(s["hidden"][0]), approximate=cfg.activation == "gelu_tanh")
         layers.append(QLayer(
             attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"]),
-            q=lin("q", s["q"], 8), k=lin("k", s["k"], 8), v=lin("v", s["v"], 8), o=lin("o", np.array([s_x]), 16),
+            q=lin("q", s["q"] / raw_scale, raw_bits), k=lin("k", s["k"] / raw_scale, raw_bits), v=lin("v", s["v"], 8),
+            o=lin("o", np.array([s_x]), 16),
             sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"]),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
             down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))
     head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32)
-    out_steps = {"q": "q", "k": "k", "v": "v", "gate": "gate", "up": "up"}  # o and down: the residual step
-    io_steps = {name: (in_steps(name).tolist(),
-                       np.broadcast_to(steps[f"layers.{name.split('.')[1]}.{out_steps[name.split('.')[2]]}"]
-                                       if name.split(".")[2] in out_steps else s_x, lin.codes.shape[:1]).tolist())
-                for name, lin in ((f"layers.{i}.{p}", getattr(layer, p)) for i, layer in enumerate(layers)
-                                  for p in _PROJECTIONS) if lin is not None}
+    def out_step(i: int, part: str) -> np.ndarray | float:
+        """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step."""
+        if part in ("o", "down"):
+            return s_x
+        return steps[f"layers.{i}.{part}"] / (raw_scale if part in ("q", "k") else 1)
+
+    io_steps = {f"layers.{i}.{p}": (in_steps(f"layers.{i}.{p}").tolist(),
+                                    np.broadcast_to(out_step(i, p), lin.codes.shape[:1]).tolist())
+                for i, layer in enumerate(layers) for p in _PROJECTIONS if (lin := getattr(layer, p)) is not None}
     if cfg.positions == "rope":
         cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context)
     else:

@@ -78,7 +78,8 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         v = linear(a, layer.v, f"{name}.v", lora.get((i, "v"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
         if cfg.positions == "rope":
             cos, sin = qm.rope_cos[positions], qm.rope_sin[positions]  # (p, hd/2) Q14
-            q, k = blocks.rope(q, cos, sin), blocks.rope(k, cos, sin)
+            frac = layer.q.out_bits - 8  # ROPE_IN_FRAC: q and k come out of their projections this much finer
+            q, k = blocks.rope(q, cos, sin, frac), blocks.rope(k, cos, sin, frac)
         if cache is not None:
             cache[i][0] = torch.cat((cache[i][0], k), dim=1)  # (b, t, kvh, hd)
             cache[i][1] = torch.cat((cache[i][1], v), dim=1)

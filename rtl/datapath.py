@@ -77,6 +77,10 @@ class Datapath:
         self.kvdim, self.qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
         self.attn_rows = plan.attn_rows(cfg.head_dim)
         self.gated = cfg.activation == "silu_glu"
+        raw = {lin.out_bits for layer in qm.layers for lin in (layer.q, layer.k)}  # q, k into RoPE (or copied)
+        if len(raw) != 1 or not raw <= {8, 12}:
+            raise ValueError(f"q and k projections must all output int8 or all int12 (RoPE input); got {sorted(raw)}")
+        self.raw_bits = raw.pop()
         self.c_ctx, self.c_kv = plan.chunks(qm.context), self.kvdim // plan.lanes
 
     def chunks(self, n: int) -> int:

@@ -156,8 +156,9 @@ def _destinations(dp: Datapath) -> None:
     with m.Switch(dp.mv_mode):
         with m.Case(Mode.Q, Mode.K):
             m.d.comb += dp.dest_ready.eq(1)
+            raw = y8 if dp.raw_bits == 8 else [saturate(y, dp.raw_bits) for y in dp.y16]  # int12 into RoPE
             for vec, mode in ((dp.raw_q, Mode.Q), (dp.raw_k, Mode.K)):
-                run_into(m, vec, row_out, y8, beat, took & (dp.mv_mode == mode))
+                run_into(m, vec, row_out, raw, beat, took & (dp.mv_mode == mode))
         with m.Case(Mode.V):  # transposed: row j of head g, column = position; a beat's channels in distinct banks
             m.d.comb += dp.dest_ready.eq(1)
             beat_bank_write(m, dp.v_wr, row_out, dp.layer_sel * dp.v_layer + (row_out // dp.attn_rows) * dp.c_ctx +

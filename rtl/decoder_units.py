@@ -81,8 +81,8 @@ def build_buffers(dp: Datapath) -> None:
     dp.resid = BankedVector(m, "resid", signed(16), dp.d, wide, readers=2)  # the norm / embedding; the update
     dp.gate_vec = BankedVector(m, "gate", signed(8), cfg.ffn, wide)
     # q and k before rotation, apart so that q is rotated while the K projection writes k (small: LUT RAM)
-    dp.raw_q = BankedVector(m, "raw_q", signed(8), dp.qdim, wide, readers=2)
-    dp.raw_k = BankedVector(m, "raw_k", signed(8), dp.kvdim, wide, readers=2)
+    dp.raw_q = BankedVector(m, "raw_q", signed(dp.raw_bits), dp.qdim, wide, readers=2)
+    dp.raw_k = BankedVector(m, "raw_k", signed(dp.raw_bits), dp.kvdim, wide, readers=2)
     dp.memories = {**dp.mems, **{f"kcache{b}": mem for b, mem in enumerate(kcache)},  # for testbenches
                    **{f"vcache{b}": mem for b, mem in enumerate(vcache)}}
     for name, vec in (("resid", dp.resid), ("gate", dp.gate_vec), ("raw_q", dp.raw_q), ("raw_k", dp.raw_k)):
@@ -137,7 +137,7 @@ def build_units(dp: Datapath) -> None:
         dp.acts.append(unit)
     dp.rope = None
     if cfg.positions == "rope":
-        m.submodules.rope = dp.rope = Rope(qm.rope_cos, qm.rope_sin)
+        m.submodules.rope = dp.rope = Rope(qm.rope_cos, qm.rope_sin, in_bits=dp.raw_bits)
     m.submodules.argmax = dp.argmax = Argmax(32, cfg.vocab_size, dp.wide)
 
 

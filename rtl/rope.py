@@ -1,6 +1,7 @@
 """Rotate-half RoPE of one (x1, x2) pair per cycle (docs/numerics.md §6).
 
-y1 = sat8(round_shift(x1*cos - x2*sin, 14)), y2 = sat8(round_shift(x2*cos + x1*sin, 14)),
+y1 = sat8(round_shift(x1*cos - x2*sin, 14 + f)), y2 = sat8(round_shift(x2*cos + x1*sin, 14 + f)),
+for x1, x2 of `in_bits` = 8 + f bits (int12 from the q/k projections: f = 4 more fraction bits),
 with cos/sin the Q14 table entries (§3) at (position, pair index). The tables live in two
 ROMs (synchronous read) addressed by position * half + pair. Three pipeline stages, one
 pair per cycle, stalled as a whole when the output is not taken.
@@ -21,7 +22,6 @@ from .rescale import saturate
 
 ROPE_BITS = 14  # cos/sin in Q14 (quant/tables.py)
 TABLE_BITS = 16  # cos/sin in [-2**14, 2**14]: +2**14 itself occurs and does not fit int15
-SUM_BITS = 24  # |x1*cos - x2*sin| <= 2 * 128 * 2**14 = 2**22, plus the rounding half: int24
 
 
 def _rows(name: str, table: torch.Tensor | Sequence[Sequence[int]]) -> tuple[list[list[int]], tuple[int, int]]:
@@ -49,8 +49,11 @@ class Rope(wiring.Component):
     larger values read an undefined ROM row (not checked in hardware).
     """
 
-    def __init__(self, cos: torch.Tensor | Sequence[Sequence[int]], sin: torch.Tensor | Sequence[Sequence[int]]) -> None:
+    def __init__(self, cos: torch.Tensor | Sequence[Sequence[int]], sin: torch.Tensor | Sequence[Sequence[int]],
+                 in_bits: int = 8) -> None:
         try:
+            if not 8 <= in_bits <= 16:
+                raise ValueError(f"in_bits must be between 8 and 16, got {in_bits}")
             (cos_rows, cos_shape), (sin_rows, sin_shape) = _rows("cos", cos), _rows("sin", sin)
             if cos_shape != sin_shape:
                 raise ValueError(f"cos and sin must have the same shape, got {cos_shape} and {sin_shape}")
@@ -68,13 +71,16 @@ class Rope(wiring.Component):
             raise
         self.positions = positions
         self.half = half
+        self.in_bits = in_bits
+        self.shift = ROPE_BITS + in_bits - 8  # the extra fraction bits go with the rotation's rounding
+        self.sum_bits = in_bits + ROPE_BITS + 2  # |x1*cos - x2*sin| <= 2 * 2**(in-1) * 2**14, plus the half
         self.pos_bits = max(1, (positions - 1).bit_length())
         self.pair_bits = max(1, (half - 1).bit_length())
         self._cos = [v for row in cos_rows for v in row]  # flattened: address = pos * half + pair
         self._sin = [v for row in sin_rows for v in row]
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "x1": signed(8), "x2": signed(8), "pos": unsigned(self.pos_bits), "pair": unsigned(self.pair_bits),
+                "x1": signed(in_bits), "x2": signed(in_bits), "pos": unsigned(self.pos_bits), "pair": unsigned(self.pair_bits),
             }))),
             "o": Out(stream.Signature(data.StructLayout({"y1": signed(8), "y2": signed(8)}))),
         })
@@ -93,17 +99,17 @@ class Rope(wiring.Component):
         address = self.i.payload.pos * self.half + self.i.payload.pair
         m.d.comb += [cos_rd.addr.eq(address), sin_rd.addr.eq(address), cos_rd.en.eq(advance), sin_rd.en.eq(advance)]
         t_valid = Signal()
-        x1 = Signal(signed(8))
-        x2 = Signal(signed(8))
+        x1 = Signal(signed(self.in_bits))
+        x2 = Signal(signed(self.in_bits))
         # stage 2: rotated sums plus the rounding half 2**13
         r_valid = Signal()
-        a = Signal(signed(SUM_BITS))  # x1*cos - x2*sin + 2**13
-        b = Signal(signed(SUM_BITS))  # x2*cos + x1*sin + 2**13
-        half_unit = 1 << (ROPE_BITS - 1)
-        # stage 3: arithmetic shift by 14 (|.| <= 2**8: int10), then saturate to int8 in the output register
-        y1 = Signal(signed(SUM_BITS - ROPE_BITS))
-        y2 = Signal(signed(SUM_BITS - ROPE_BITS))
-        m.d.comb += [y1.eq(a >> ROPE_BITS), y2.eq(b >> ROPE_BITS)]
+        a = Signal(signed(self.sum_bits))  # x1*cos - x2*sin + half
+        b = Signal(signed(self.sum_bits))  # x2*cos + x1*sin + half
+        half_unit = 1 << (self.shift - 1)
+        # stage 3: arithmetic shift (|.| <= 2**8: int10), then saturate to int8 in the output register
+        y1 = Signal(signed(self.sum_bits - self.shift))
+        y2 = Signal(signed(self.sum_bits - self.shift))
+        m.d.comb += [y1.eq(a >> self.shift), y2.eq(b >> self.shift)]
         with m.If(advance):
             m.d.sync += [
                 t_valid.eq(self.i.valid),

@@ -172,8 +172,8 @@ def test_lora_shape_and_slot_errors(exported):
 
 # The pinned model: the bundled one, its int8 build, and the exact greedy tokens it decodes.
 GOLDEN_PROMPT = "ROMEO:"
-GOLDEN_INT8 = [0, 21, 1, 61, 47, 50, 50, 1, 52, 53, 58, 1, 57, 54, 43, 39, 49, 1, 58, 53, 1, 57, 43, 43, 1, 58, 46, 43,
-               1, 57, 59, 52]  # "\nI will not speak to see the sun" (float: "\nI will not speak to the people ")
+GOLDEN_INT8 = [0, 21, 1, 61, 47, 50, 50, 1, 52, 53, 58, 1, 57, 54, 43, 39, 49, 1, 58, 53, 1, 58, 46, 43, 1, 54, 43, 53,
+               54, 50, 43, 1]  # "\nI will not speak to the people ", what the float model writes too
 
 
 @pytest.mark.xdist_group("bundled_int8")

@@ -19,14 +19,15 @@ EXTREMES = [(127, 127), (-128, -128), (127, -128), (-128, 127), (0, 0), (1, -1),
 LATENCY = 3
 
 
-def _reference(cos: torch.Tensor, sin: torch.Tensor, cases: list[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
+def _reference(cos: torch.Tensor, sin: torch.Tensor, cases: list[tuple[int, int, int, int]],
+               frac: int = 0) -> list[tuple[int, int]]:
     """blocks.rope on one head per case: x is zero except the pair (x[pair], x[pair + half])."""
     half = cos.shape[1]
     x = torch.zeros(len(cases), 1, 2 * half, dtype=torch.int64)
     for n, (x1, x2, _, pair) in enumerate(cases):
         x[n, 0, pair], x[n, 0, pair + half] = x1, x2
     positions = torch.tensor([pos for _, _, pos, _ in cases], dtype=torch.int64)
-    y = rope(x, cos[positions], sin[positions])
+    y = rope(x, cos[positions], sin[positions], frac)
     return [(int(y[n, 0, pair]), int(y[n, 0, pair + half])) for n, (_, _, _, pair) in enumerate(cases)]
 
 
@@ -63,6 +64,29 @@ def test_rope_matches_reference(head_dim):
     unsaturated = _unsaturated(cos, sin, cases)
     assert max(unsaturated) > 127 and min(unsaturated) < -128  # saturating rotations are covered
     assert _simulate(Rope(cos, sin), cases, rng) == _reference(cos, sin, cases)
+
+
+def test_rope_of_int12_inputs_rounds_once():
+    """q and k reach RoPE as int12 with 4 more fraction bits: the shift is 18, extremes -2048 and 2047
+    (|x1*cos - x2*sin| up to 2**26), against blocks.rope(frac=4), which rounds only after the rotation."""
+    rng = random.Random(12)
+    cos, sin = rope_tables(16, 10000.0, 8)
+    extremes = [(2047, 2047), (-2048, -2048), (2047, -2048), (-2048, 2047), (0, 0), (8, -8), (7, 9), (-2048, 0)]
+    pairs = [(p, i) for p in range(cos.shape[0]) for i in range(cos.shape[1])]
+    cases = [(x1, x2, p, i) for p, i in pairs for x1, x2 in extremes]
+    cases += [(rng.randint(-2048, 2047), rng.randint(-2048, 2047), p, i) for p, i in pairs for _ in range(3)]
+    cases += [(rng.randint(-40, 40), rng.randint(-40, 40), p, i) for p, i in pairs for _ in range(3)]  # halves
+    rng.shuffle(cases)
+    got = _simulate(Rope(cos, sin, in_bits=12), cases, rng)
+    assert got == _reference(cos, sin, cases, frac=4)
+    assert got != _reference(cos, sin, [(round(x1 / 16), round(x2 / 16), p, i) for x1, x2, p, i in cases])
+    assert {127, -128} <= {y for pair in got for y in pair}  # saturation reached
+
+
+def test_rope_refuses_bad_input_width():
+    cos, sin = rope_tables(8, 10000.0, 2)
+    with pytest.raises(ValueError, match=r"^in_bits must be between 8 and 16, got 20$"):
+        Rope(cos, sin, in_bits=20)
 
 
 def test_rope_exact_angles():
