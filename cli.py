@@ -85,6 +85,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     """Run the generated Verilog under cocotb (Verilator, or Icarus) and compare every token with the reference."""
     import json
 
+    from .frontend.vocab import VocabError, encode
     from .sim.runner import simulate
 
     missing = [name for name in ("decoder.v", "qmodel.json", "qmodel.npz", "report.json") if not (args.build / name).exists()]
@@ -96,12 +97,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.prompt_ids is not None:
         prompt = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
     elif vocab is not None:
-        stoi = {c: i for i, c in enumerate(vocab)}
-        missing = sorted({c for c in args.prompt if c not in stoi})
-        if missing:
-            print(f"hardwire: error: the prompt has characters outside the model's vocabulary: {missing}", file=sys.stderr)
+        try:
+            prompt = encode(args.prompt, vocab, "prompt")
+        except VocabError as err:
+            print(f"hardwire: error: {err}", file=sys.stderr)
             return 2
-        prompt = [stoi[c] for c in args.prompt]
     else:
         print("hardwire: error: this build has no vocabulary (vocab.json); pass --prompt-ids 1,2,3", file=sys.stderr)
         return 2

@@ -49,6 +49,7 @@ def _quality(model: Path, scheme: str) -> str:
 def run_demo(opts: DemoOptions) -> int:
     from .boards.parts import part
     from .frontend import load
+    from .frontend.vocab import encode
     from .quant.quantize import quantize
     from .rtl.build import compile_to
     from .sim.runner import simulate
@@ -65,7 +66,7 @@ def run_demo(opts: DemoOptions) -> int:
     missing = sorted({c for c in opts.prompt if c not in ir.vocab})
     if missing or not opts.prompt:
         raise ValueError(f"the prompt must be non-empty and use the model's characters; not in the vocabulary: {missing}")
-    prompt = [ir.vocab.index(c) for c in opts.prompt]
+    prompt = encode(opts.prompt, ir.vocab, "prompt")
 
     start = time.time()
     print(f"[2/{steps}] quantising ({opts.quant}) ...", flush=True)

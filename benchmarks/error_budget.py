@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))  # run from a checkout: the root is the hardwire package
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from quality import integer_logits, validation_windows  # noqa: E402
+from quality import compare, integer_logits, validation_windows  # noqa: E402
 
 from hardwire.cli import BUNDLED_MODEL  # noqa: E402
 from hardwire.frontend import float_forward, load  # noqa: E402
@@ -46,14 +46,6 @@ SITE_TITLES = {"norm": "norm outputs (int8, per channel)", "q": "q (int12 into R
                "probs": "softmax (EXP table, Q15 probabilities)", "attn_out": "attention output (int8)",
                "gate": "gate (int8) and its SILU table (9 bits out)", "up": "up (int8)", "hidden": "MLP hidden (GELU table out)",
                "residual": "residual (int16)", "logits": "logits (int32)"}
-
-
-def compare(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-    """Agreement of top-1 with the reference, cross-entropy on the targets, KL(reference || logits), per character."""
-    lp, ref = logits.double().log_softmax(-1), reference.double().log_softmax(-1)
-    return {"agreement": (lp.argmax(-1) == ref.argmax(-1)).double().mean().item(),
-            "val_loss": -lp.gather(-1, targets.unsqueeze(-1)).mean().item(),
-            "kl": (ref.exp() * (ref - lp)).sum(-1).mean().item()}
 
 
 def main() -> None:

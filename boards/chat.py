@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from ..frontend.vocab import VocabError
+from ..frontend.vocab import encode as vocab_encode
 from .client import DeviceClient, DeviceTimeout, LinkError, Transport, open_serial
 from .protocol import PROTOCOL_VERSION, Hello
 
@@ -35,13 +37,12 @@ def load_vocab(build: Path | None) -> tuple[list[str], Path]:
 
 def encode(text: str, vocab: list[str]) -> list[int]:
     """Text to token ids; ChatError naming every character the model does not have."""
-    stoi = {c: i for i, c in enumerate(vocab)}
-    missing = sorted({c for c in text if c not in stoi})
-    if missing:
-        raise ChatError(f"the prompt has characters outside the model's vocabulary: {missing}")
     if not text:
         raise ChatError("the prompt is empty")
-    return [stoi[c] for c in text]
+    try:
+        return vocab_encode(text, vocab, "prompt")
+    except VocabError as err:
+        raise ChatError(str(err)) from None
 
 
 class Chat:

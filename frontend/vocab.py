@@ -21,13 +21,13 @@ class VocabError(ValueError):
     """Text the vocabulary cannot encode."""
 
 
-def encode(text: str, vocab: Sequence[str]) -> list[int]:
+def encode(text: str, vocab: Sequence[str], what: str = "text") -> list[int]:
     """Token ids of text, longest piece first; VocabError naming every character no piece covers."""
     index = {piece: i for i, piece in enumerate(vocab)}
     longest = max(map(len, vocab), default=0)
     missing = sorted({c for c in text if c not in index})
     if missing:
-        raise VocabError(f"the text has characters outside the model's vocabulary: {missing}")
+        raise VocabError(f"the {what} has characters outside the model's vocabulary: {missing}")
     ids, at = [], 0
     while at < len(text):
         for size in range(min(longest, len(text) - at), 0, -1):
@@ -44,7 +44,8 @@ def decode(ids: Sequence[int], vocab: Sequence[str]) -> str:
 
 
 def learn_pieces(text: str, size: int) -> tuple[str, ...]:
-    """A vocabulary of `size` pieces: the text's characters, then byte-pair merges inside words, most frequent first.
+    """At most `size` pieces: the text's characters, then byte-pair merges inside words, most frequent first
+    (fewer once every word is a single piece).
 
     Ties go to the pair seen first in sorted order, so the result depends only on the text.
     """
