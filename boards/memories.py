@@ -112,7 +112,7 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     words = plan.chunks_of(d, width)
     mems.append(BlockMemory("rsqrt", "tables", 1 << RSQRT_INDEX_BITS, live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))
     coef_bits = MULT_BITS + SHIFT_BITS
-    sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist()) for qn in norms]
+    sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits) for qn in norms]
     coefs = [sum(c << (coef_bits * k) for k, c in enumerate(word)) for word in coef_words(sites, d, width)]
     mems.append(BlockMemory("norm_coef", "tables", len(coefs), live_bits(coefs, width * coef_bits)))
     mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))

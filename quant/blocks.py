@@ -33,8 +33,10 @@ def bit_length(x: torch.Tensor) -> torch.Tensor:
     return ((x.unsqueeze(-1) >> _BIT_POSITIONS) != 0).sum(-1)
 
 
-def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: torch.Tensor, what: str) -> torch.Tensor:
-    """RMSNorm or LayerNorm of the int16 residual (..., d) to int8 (gain folded into the next weights).
+def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: torch.Tensor, what: str,
+         out_bits: int = 8) -> torch.Tensor:
+    """RMSNorm or LayerNorm of the int16 residual (..., d) to int8 (int12 for the final norm; gain folded into the
+    next weights).
 
     u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; the top 10 bits of ss (at an even
     shift e, so 9 or 10 bits) index RSQRT; t = u * RSQRT[m] >> (e/2 + 8) is u / sqrt(ss) in Q15; then one rescale.
@@ -46,7 +48,7 @@ def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: t
     e = e + (e & 1)
     r = rsqrt[ss >> e]
     t = check_width(round_shift(u * r.unsqueeze(-1), (e // 2 + 8).unsqueeze(-1)), 17, f"{what} normalised")
-    return rescale(t, mult, shift, 8)
+    return rescale(t, mult, shift, out_bits)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, frac: int = 0) -> torch.Tensor:

@@ -49,6 +49,7 @@ class QNorm:
     eps_q: int  # epsilon in sum-of-squares units
     mult: torch.Tensor  # int64 (d_model,): Q15 normalised value -> int8 activation, per channel
     shift: torch.Tensor  # int64 (d_model,)
+    out_bits: int = 8  # 12 for the final norm (the head's input, FINAL_NORM_FRAC)
 
 
 @dataclass(frozen=True)
@@ -182,5 +183,6 @@ def _from_tree(kind: object, tree: object, arrays: dict[str, np.ndarray]) -> obj
         return tuple(_from_tree(inner, item, arrays) for item in tree)
     if dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
-        return kind(**{f.name: _from_tree(hints[f.name], tree[f.name], arrays) for f in dataclasses.fields(kind)})
+        return kind(**{f.name: _from_tree(hints[f.name], tree[f.name], arrays) for f in dataclasses.fields(kind)
+                       if f.name in tree or f.default is dataclasses.MISSING})  # a newer field keeps its default
     return tree

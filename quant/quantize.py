@@ -20,7 +20,17 @@ from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
 from .gptq import gptq
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
-from .tables import EXP_STEP, PROB_BITS, ROPE_IN_FRAC, exp_table, gelu_table, rope_tables, rsqrt_table, silu_table
+from .tables import (
+    EXP_STEP,
+    FINAL_NORM_FRAC,
+    PROB_BITS,
+    ROPE_IN_FRAC,
+    exp_table,
+    gelu_table,
+    rope_tables,
+    rsqrt_table,
+    silu_table,
+)
 from .weights import QuantizationError, QuantizedWeight, allocate_bits, quantize_int, quantize_mxfp4
 
 SCHEMES = ("int8", "int4", "int3", "mixed36", "mxfp4")
@@ -177,7 +187,7 @@ def _qembedding(name: str, qw: QuantizedWeight, s_x: float) -> QEmbedding:
                       shift=shr, bits=qw.bits, scheme=qw.scheme, error=qw.error)
 
 
-def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray) -> QNorm:
+def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray, out_bits: int = 8) -> QNorm:
     k = d if kind == "layer" else 1  # LayerNorm centres as d*x - sum(x)
     worst = d * (2 * k * (1 << 15)) ** 2  # |u| <= 2k * 2**15 for an int16 residual
     if worst >= 1 << 63:
@@ -185,7 +195,7 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray) -> QNor
                                 "int63 the datapath holds")
     eps_q = max(1, math.floor(eps * d * k * k / (s_x * s_x) + 0.5))
     mult, shift = _multipliers(math.sqrt(d) / (2**15 * s_out), "norm")
-    return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift)
+    return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift, out_bits=out_bits)
 
 
 def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
@@ -208,7 +218,8 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
     """site -> the integer step of every channel there (a scalar site broadcasts one step).
 
     Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
-    fold into the weights that read them; the sites that feed the KV cache, the softmax and the
+    fold into the weights that read them (the final norm's 16x finer: the head reads int12); the sites that feed the
+    KV cache, the softmax and the
     tables get one int8 step each. The hidden step of a gated MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
     """
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
@@ -225,7 +236,7 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
         else:  # the GELU table needs one input and one output step
             steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
             steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])
-    steps["final_norm"] = cal.channel_scales("final_norm", d)
+    steps["final_norm"] = cal.channel_scales("final_norm", d) / 2**FINAL_NORM_FRAC  # int12 into the head
     return steps
 
 
@@ -283,7 +294,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"]),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
             down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))
-    head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32)
+    head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, 8 + FINAL_NORM_FRAC)
     def out_step(i: int, part: str) -> np.ndarray | float:
         """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step."""
         if part in ("o", "down"):
@@ -303,6 +314,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             quantize_int(ir.pos_embed[:context], bits["pos"])
         pos = _qembedding("pos", pos_w, s_x)
     return QModel(config=cfg, scheme=scheme, context=context, embed=_qembedding("embed", qw["embed"], s_x),
-                  layers=tuple(layers), final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"]),
+                  layers=tuple(layers),
+                  final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"], 8 + FINAL_NORM_FRAC),
                   head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
                   steps=io_steps, lora=lora, pos=pos)

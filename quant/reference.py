@@ -98,7 +98,7 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
             h = blocks.lookup(up, layer.act_table)
         x = saturate(x + linear(h, layer.down, f"{name}.down", lora.get((i, "down"))), 16)
     fn = qm.final_norm
-    a = blocks.norm(x, fn.kind, fn.eps_q, fn.mult, fn.shift, qm.rsqrt, "final_norm")
+    a = blocks.norm(x, fn.kind, fn.eps_q, fn.mult, fn.shift, qm.rsqrt, "final_norm", fn.out_bits)
     return linear(a, qm.head, "head")
 
 

@@ -15,6 +15,7 @@ EXP_STEP = 1 / 16  # nats per softmax table index; EXP rounds to 0 from index 17
 RSQRT_INDEX_BITS = 10  # rsqrt table index: the top 10 bits of the sum of squares (even shift)
 RSQRT_BITS = 23  # RSQRT[m] = round(2**23 / sqrt(m))
 ROPE_BITS = 14  # cos/sin in Q14
+FINAL_NORM_FRAC = 4  # the final norm feeds the head as int12, 16x finer than the other norms
 ROPE_IN_FRAC = 4  # q and k reach RoPE with 4 more fraction bits (int12), rounded to int8 once, after it
 PROB_BITS = 15  # softmax probabilities in Q15
 RECIP_BITS = 30  # softmax reciprocal: floor(2**30 / sum)
@@ -46,7 +47,8 @@ def silu_table(in_scale: float) -> torch.Tensor:
 
     The output half-step is where the int8 gate lost most (the error budget, docs/numerics.md §13):
     silu's negative lobe (>= -0.28) got a handful of codes. 9 bits still fit the product:
-    |SILU * up| <= 255 * 128 < 2**15. silu(x) <= x for x > 0, so 127 * 2 = 254 needs no saturation.
+    |SILU * up| <= 255 * 128 < 2**15. The clamp is never reached: silu(x) <= x above 0 (<= 254 half-steps) and
+    silu(x) / x < 1/2 below (> -128).
     """
     def silu(x: float) -> float:  # x * sigmoid(x), without overflowing exp for large |x|
         return x / (1 + math.exp(-x)) if x >= 0 else x * math.exp(x) / (1 + math.exp(x))

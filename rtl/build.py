@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..quant.qmodel import QModel
+from ..quant.qmodel import QLinear, QModel
 from .decoder import Decoder
 from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, table_shapes, weight_bank_shapes
 
@@ -47,6 +47,7 @@ class BuildReport:
     latency_floor_cycles: int  # the dependency chain of one token with unlimited MACs
     kv_cache_bits: int
     verilog_seconds: float
+    tensor_formats: dict[str, str] = field(default_factory=dict)  # every stored tensor: codes, scales, in/out widths
 
     def summary(self) -> str:
         ratio = self.cycles_per_token_estimate / self.mac_bound_cycles
@@ -62,6 +63,18 @@ class BuildReport:
             f"{self.mac_bound_cycles:,}; latency floor {self.latency_floor_cycles:,}, block-RAM bound "
             f"{self.bram_bound_cycles:,})",
         ])
+
+
+def tensor_formats(qm: QModel) -> dict[str, str]:
+    """name -> how its weights are stored and what it reads and writes, e.g. `int4 codes, a scale per row; int8 in,
+    int12 out` (docs/numerics.md §11, §13)."""
+    out = {}
+    for name, t in qm.weight_tensors():
+        codes = ("mxfp4 (E2M1) codes, a shared power-of-two exponent per 32 columns and a scale per row"
+                 if t.scheme == "mxfp4" else f"int{t.bits} codes, a scale per row")
+        io = f"; int{t.in_bits} in, int{t.out_bits} out" if isinstance(t, QLinear) else "; looked up, int16 out"
+        out[name] = codes + io
+    return out
 
 
 def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1, attention_rows: int | None = None,
@@ -94,7 +107,7 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
         mac_bound_cycles=-(-macs // plan.macs_per_cycle), bram_bound_cycles=-(-qm.weight_bits // REFERENCE_PORT_BITS),
         latency_floor_cycles=latency_floor_cycles(qm, plan, position),
         kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
-        verilog_seconds=round(elapsed, 1))
+        verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm))
     fields = {k: v for k, v in report.__dict__.items() if k != "verilog_seconds"}  # byte-identical reruns
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")
     return report

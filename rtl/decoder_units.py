@@ -118,7 +118,7 @@ def build_units(dp: Datapath) -> None:
         norm_sites[f"attn{i}"], norm_sites[f"mlp{i}"] = layer.attn_norm, layer.mlp_norm
     norm_sites["final"] = qm.final_norm
     dp.norm_names = list(norm_sites)
-    dp.norm_unit = NormUnit(dp.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist())
+    dp.norm_unit = NormUnit(dp.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)
                                              for qn in norm_sites.values()], lanes=plan.vector_lanes, in_lanes=dp.wide)
     m.submodules.norm = dp.norm_unit
     # one softmax for every layer (one head runs at a time), with each layer's scale: its score buffer and

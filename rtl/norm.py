@@ -1,7 +1,8 @@
 """Norm unit: integer RMSNorm / LayerNorm of one int16 residual vector to int8 (docs/numerics.md §4).
 
 u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; e = max(0, bit_length(ss) - 10) rounded up
-to even; r = RSQRT[ss >> e]; t = round_shift(u * r, e/2 + 8) (int17); out = rescale(t, mult[j], shift[j], 8).
+to even; r = RSQRT[ss >> e]; t = round_shift(u * r, e/2 + 8) (int17); out = rescale(t, mult[j], shift[j], 8)
+(12 bits at a site that says so: the final norm).
 The vector is kept in a RAM of `lanes`-element words while the per-vector quantities are accumulated,
 then read back a word per cycle: once, or twice for LayerNorm (its sum of squares needs the mean).
 
@@ -21,12 +22,12 @@ from amaranth.lib.wiring import In, Out
 
 from ..quant.fixedpoint import MAX_SHIFT, bits_for
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, rsqrt_table
-from .rescale import MULT_BITS, SHIFT_BITS, Rescale
+from .rescale import MULT_BITS, SHIFT_BITS, Rescale, saturate
 from .word_runs import write_run
 
 X_BITS = 16  # the int16 residual
 T_BITS = 17  # t = u / sqrt(ss) in Q15, slightly past 2**15 (§4)
-OUT_BITS = 8
+OUT_BITS = 8  # a site's output saturates here unless it says wider (the final norm: 12)
 SUM_BITS = 63  # ss is checked int63 by the reference: 0 < ss < 2**62
 
 
@@ -49,6 +50,7 @@ class NormSite(NamedTuple):
     eps_q: int
     mult: Sequence[int]
     shift: Sequence[int]
+    out_bits: int = OUT_BITS  # 8, or 12 for the final norm (the head's input)
 
 
 def coef_words(sites: Sequence[NormSite], d: int, lanes: int) -> list[list[int]]:
@@ -110,21 +112,25 @@ class NormUnit(wiring.Component):
             self._MustUse__silence = True  # a refused component is not an unused one
             raise
         self.d, self.kind, self.lanes, self.in_lanes = d, kind, lanes, in_lanes
-        self.sites = [NormSite(int(s.eps_q), [int(v) for v in s.mult], [int(v) for v in s.shift]) for s in sites]
+        self.sites = [NormSite(int(s.eps_q), [int(v) for v in s.mult], [int(v) for v in s.shift], int(s.out_bits))
+                      for s in sites]
+        self.out_bits = max(site.out_bits for site in self.sites)
         super().__init__({
             "i": In(stream.Signature(input_layout(in_lanes))),
             "site": In(range(max(2, len(sites)))),
-            "o": Out(stream.Signature(data.ArrayLayout(signed(OUT_BITS), lanes))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(self.out_bits), lanes))),
         })
 
     @staticmethod
-    def _validate(d: int, kind: str, eps_q: int, mult: Sequence[int], shift: Sequence[int]) -> None:
+    def _validate(d: int, kind: str, eps_q: int, mult: Sequence[int], shift: Sequence[int], out_bits: int) -> None:
         if kind not in ("rms", "layer"):
             raise ValueError(f"kind must be 'rms' or 'layer', got {kind!r}")
         if d < 2:
             raise ValueError(f"d must be at least 2, got {d}")
         if eps_q < 1:
             raise ValueError(f"eps_q must be at least 1, got {eps_q}")
+        if not OUT_BITS <= out_bits <= T_BITS:
+            raise ValueError(f"out_bits must be between {OUT_BITS} and {T_BITS}, got {out_bits}")
         if len(mult) != d or len(shift) != d:
             raise ValueError(f"mult and shift must have d = {d} entries each, got {len(mult)} and {len(shift)}")
         for j, v in enumerate(mult):
@@ -172,12 +178,16 @@ class NormUnit(wiring.Component):
         m.submodules.rsqrt_rom = rsqrt_rom = Memory(shape=unsigned(RSQRT_BITS + 1), depth=1 << RSQRT_INDEX_BITS,
                                                     init=rsqrt_init)
         r_rd = rsqrt_rom.read_port()
-        rescales = [Rescale(T_BITS, OUT_BITS) for _ in range(lanes)]
+        rescales = [Rescale(T_BITS, self.out_bits) for _ in range(lanes)]
         for k, rescale in enumerate(rescales):
             m.submodules[f"rescale{k}"] = rescale
         m.d.comb += self.o.valid.eq(rescales[0].o.valid)  # the lanes move in lockstep
+        narrow = [i for i, site in enumerate(self.sites) if site.out_bits < self.out_bits]  # saturate again at 8
+        narrow_site = self.site.matches(*narrow) if narrow else Const(0)
         for k, rescale in enumerate(rescales):
-            m.d.comb += [rescale.o.ready.eq(self.o.ready), self.o.payload[k].eq(rescale.o.payload)]
+            y = rescale.o.payload
+            m.d.comb += [rescale.o.ready.eq(self.o.ready),
+                         self.o.payload[k].eq(Mux(narrow_site, saturate(y, OUT_BITS), y) if narrow else y)]
 
         eps = Signal(range(eps_max + 1))
         with m.Switch(self.site):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -98,6 +99,25 @@ def test_save_and_load_give_the_same_tokens(exported, tmp_path):
     assert torch.equal(loaded.layers[1].v.codes, qm.layers[1].v.codes)
     assert ReferenceDecoder(loaded).generate([4, 8, 15], 12) == ReferenceDecoder(qm).generate([4, 8, 15], 12)
     assert not any(p.suffix == ".pkl" for p in tmp_path.iterdir())
+
+
+def test_a_qmodel_saved_before_norm_out_bits_loads_with_int8_norms(exported, tmp_path):
+    """qmodel.json written before QNorm.out_bits existed: every norm is int8 again (the final one was then)."""
+    qm = qmodel(exported, "gpt2", "int8")
+    qm.save(tmp_path)
+    tree = json.loads((tmp_path / "qmodel.json").read_text())
+
+    def strip(node: object) -> int:
+        if isinstance(node, dict):
+            found = int("eps_q" in node and node.pop("out_bits", None) is not None)
+            return found + sum(strip(v) for v in node.values())
+        return sum(strip(v) for v in node) if isinstance(node, list) else 0
+
+    assert strip(tree) == 2 * qm.config.n_layers + 1
+    (tmp_path / "qmodel.json").write_text(json.dumps(tree))
+    loaded = QModel.load(tmp_path)
+    assert qm.final_norm.out_bits == 12 and loaded.final_norm.out_bits == 8
+    assert all(layer.attn_norm.out_bits == 8 for layer in loaded.layers)
 
 
 def test_mixed36_stays_within_its_budget_and_mixes(exported):

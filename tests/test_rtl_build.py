@@ -32,6 +32,13 @@ def test_compile_lints_clean_and_reports(tmp_path, family, scheme, storage):
     assert saved["macs_per_token"] == macs_per_token(qm, 8) == report.macs_per_token
     assert saved["lanes"] == 4 and saved["position"] == 8
     assert saved["weight_bits"] == qm.weight_bits
+    formats = saved["tensor_formats"]
+    assert set(formats) == {name for name, _ in qm.weight_tensors()}
+    code = "mxfp4 (E2M1) codes, a shared power-of-two exponent per 32 columns" if scheme == "mxfp4" else "int"
+    assert all(f.startswith(code) for f in formats.values())
+    assert formats["head"].endswith("; int12 in, int32 out")
+    if family == "llama":
+        assert formats["layers.0.q"].endswith("; int8 in, int12 out") and formats["layers.1.down"].endswith("int16 in, int16 out")
 
 
 @needs_verilator

@@ -149,6 +149,34 @@ def test_one_unit_serves_several_norm_sites(kind):
 
 
 @pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_a_wide_site_keeps_12_bits_and_the_others_saturate_at_8(kind):
+    """The final norm's site says out_bits = 12 (the head's input); sites beside it still saturate at int8."""
+    d, lanes = 12, 4
+    rng = random.Random(f"wide-{kind}")
+    mult, shift = _coefs(d, True, rng)
+    sites = [NormSite(1, mult, shift), NormSite(1, mult, shift, 12), NormSite(_eps_q(d, kind), *_coefs(d, False, rng), 12)]
+    vectors = _vectors(d, rng)[:12]
+    want = []
+    for n, vector in enumerate(vectors):
+        site = sites[n % 3]
+        want += norm(torch.tensor([vector]), kind, site.eps_q, torch.tensor(site.mult), torch.tensor(site.shift), RSQRT,
+                     "t", site.out_bits).flatten().tolist()
+    dut = NormUnit(d, kind, sites, lanes=lanes)
+    got: list[int] = []
+
+    async def bench(ctx):
+        for n, vector in enumerate(vectors):
+            ctx.set(dut.site, n % 3)
+            await send(ctx, dut.i, _beats(vector, 1), rng, idle=0.2)
+            got.extend(await _receive_elements(ctx, dut, 1, rng, 0.3))
+
+    run(dut, bench)
+    assert got == want
+    wide = [v for n in range(1, len(vectors), 3) for v in want[n * d : (n + 1) * d]]
+    assert max(map(abs, wide)) > 128 and max(map(abs, want[:d])) <= 128  # the same constants: 12 bits, then 8
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_norm_heavy_backpressure(kind):
     """Mostly idle input and mostly stalled output: nothing lost, nothing duplicated."""
     _check(kind, 8, True, idle=0.7, stall=0.8)
