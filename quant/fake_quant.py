@@ -16,7 +16,7 @@ import torch
 
 from ..frontend.float_model import Transform
 from ..frontend.ir import ModelConfig
-from .tables import EXP_STEP, FINAL_NORM_FRAC, PROB_BITS, RECIP_BITS, ROPE_IN_FRAC, SILU_OUT_BITS, exp_table
+from .tables import EXP_STEP, NORM_OUT_FRAC, PROB_BITS, RECIP_BITS, ROPE_IN_FRAC, SILU_OUT_BITS, exp_table
 
 SITE_GROUPS = ("norm", "q", "k", "v", "probs", "attn_out", "gate", "up", "hidden", "residual", "logits")
 _EXP = exp_table().double()
@@ -74,8 +74,8 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
             return _grid(value, steps[site.removesuffix("_act")] / 2, SILU_OUT_BITS, symmetric=True)
         if site.endswith("_raw"):  # q, k into RoPE: int12 at a 16x finer step (ROPE_IN_FRAC)
             return _grid(value, steps[site.removesuffix("_raw")] / 2**ROPE_IN_FRAC, 8 + ROPE_IN_FRAC)
-        if site == "final_norm":  # the head's input: int12 (its step is already 16x finer)
-            return _grid(value, steps[site], 8 + FINAL_NORM_FRAC)
+        if site.endswith("norm"):  # norms write int12 (their steps are already 16x finer)
+            return _grid(value, steps[site], 8 + NORM_OUT_FRAC)
         if site.endswith(".hidden") and gated:  # SILU[g] * u is exact in int16: nothing to round
             return value
         step = steps[site]

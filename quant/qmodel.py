@@ -49,7 +49,7 @@ class QNorm:
     eps_q: int  # epsilon in sum-of-squares units
     mult: torch.Tensor  # int64 (d_model,): Q15 normalised value -> int8 activation, per channel
     shift: torch.Tensor  # int64 (d_model,)
-    out_bits: int = 8  # 12 for the final norm (the head's input, FINAL_NORM_FRAC)
+    out_bits: int = 8  # 12 (NORM_OUT_FRAC) since 2026-12-06; older qmodel.json files load as 8
 
 
 @dataclass(frozen=True)

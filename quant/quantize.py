@@ -22,7 +22,7 @@ from .gptq import gptq
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
 from .tables import (
     EXP_STEP,
-    FINAL_NORM_FRAC,
+    NORM_OUT_FRAC,
     PROB_BITS,
     ROPE_IN_FRAC,
     exp_table,
@@ -218,16 +218,16 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
     """site -> the integer step of every channel there (a scalar site broadcasts one step).
 
     Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
-    fold into the weights that read them (the final norm's 16x finer: the head reads int12); the sites that feed the
-    KV cache, the softmax and the
+    fold into the weights that read them (a norm's 16 times finer than its int8 clip: norms write int12); the sites
+    that feed the KV cache, the softmax and the
     tables get one int8 step each. The hidden step of a gated MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
     """
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
     steps: dict[str, np.ndarray] = {}
     for i in range(cfg.n_layers):
         n = f"layers.{i}"
-        for site in ("attn_norm", "mlp_norm"):
-            steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d)
+        for site in ("attn_norm", "mlp_norm"):  # int12: 16x finer than the calibrated int8 steps
+            steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d) / 2**NORM_OUT_FRAC
         for site in ("q", "k", "v", "attn_out", "gate")[: 5 if gated else 4]:
             steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
         if gated:
@@ -236,7 +236,7 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
         else:  # the GELU table needs one input and one output step
             steps[f"{n}.up"] = np.array([cal.int8_scale(f"{n}.up")])
             steps[f"{n}.hidden"] = np.array([cal.int8_scale(f"{n}.hidden")])
-    steps["final_norm"] = cal.channel_scales("final_norm", d) / 2**FINAL_NORM_FRAC  # int12 into the head
+    steps["final_norm"] = cal.channel_scales("final_norm", d) / 2**NORM_OUT_FRAC
     return steps
 
 
@@ -270,12 +270,14 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     bits = choose_bits(scheme, folded, cal, avg_bits, in_steps)  # per-tensor widths (mixed36: by sensitivity)
     raw_frac = ROPE_IN_FRAC if cfg.positions == "rope" else 0  # q, k into RoPE: int12 at a 16x finer step
     raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
+    norm_bits = 8 + NORM_OUT_FRAC  # every norm output, so every projection that reads one: int12
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
     layers = []
     for i, layer in enumerate(folded.layers):
         n = f"layers.{i}"
 
-        def lin(part: str, s_out: np.ndarray, out_bits: int, in_bits: int = 8, n: str = n, layer=layer) -> QLinear | None:
+        def lin(part: str, s_out: np.ndarray, out_bits: int, in_bits: int = norm_bits, n: str = n,
+                layer=layer) -> QLinear | None:
             src = getattr(layer, part)
             return None if src is None else _qlinear(f"{n}.{part}", qw[f"{n}.{part}"], src.bias, s_out, out_bits, in_bits)
 
@@ -287,14 +289,14 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         else:
             table = gelu_table(float(s["up"][0]), float(s["hidden"][0]), approximate=cfg.activation == "gelu_tanh")
         layers.append(QLayer(
-            attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"]),
+            attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"], norm_bits),
             q=lin("q", s["q"] / raw_scale, raw_bits), k=lin("k", s["k"] / raw_scale, raw_bits), v=lin("v", s["v"], 8),
-            o=lin("o", np.array([s_x]), 16),
+            o=lin("o", np.array([s_x]), 16, 8),
             sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
-            mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"]),
+            mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"], norm_bits),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
-            down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))
-    head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, 8 + FINAL_NORM_FRAC)
+            down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs
+    head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, norm_bits)
     def out_step(i: int, part: str) -> np.ndarray | float:
         """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step."""
         if part in ("o", "down"):
@@ -315,6 +317,6 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         pos = _qembedding("pos", pos_w, s_x)
     return QModel(config=cfg, scheme=scheme, context=context, embed=_qembedding("embed", qw["embed"], s_x),
                   layers=tuple(layers),
-                  final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"], 8 + FINAL_NORM_FRAC),
+                  final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"], norm_bits),
                   head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
                   steps=io_steps, lora=lora, pos=pos)

@@ -72,7 +72,7 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
     for i, layer in enumerate(qm.layers):
         name = f"layers.{i}"
         a = blocks.norm(x, layer.attn_norm.kind, layer.attn_norm.eps_q, layer.attn_norm.mult, layer.attn_norm.shift,
-                        qm.rsqrt, f"{name}.attn_norm")  # (b, p, d) int8
+                        qm.rsqrt, f"{name}.attn_norm", layer.attn_norm.out_bits)  # (b, p, d) int12
         q = linear(a, layer.q, f"{name}.q", lora.get((i, "q"))).view(b, p, cfg.n_heads, cfg.head_dim)
         k = linear(a, layer.k, f"{name}.k", lora.get((i, "k"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
         v = linear(a, layer.v, f"{name}.v", lora.get((i, "v"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
@@ -89,7 +89,7 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
                              f"{name}.attention")
         x = saturate(x + linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o"))), 16)
         a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
-                        qm.rsqrt, f"{name}.mlp_norm")
+                        qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
         up = linear(a, layer.up, f"{name}.up", lora.get((i, "up")))
         if layer.gate is not None:
             gate = linear(a, layer.gate, f"{name}.gate", lora.get((i, "gate")))

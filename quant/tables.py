@@ -15,7 +15,7 @@ EXP_STEP = 1 / 16  # nats per softmax table index; EXP rounds to 0 from index 17
 RSQRT_INDEX_BITS = 10  # rsqrt table index: the top 10 bits of the sum of squares (even shift)
 RSQRT_BITS = 23  # RSQRT[m] = round(2**23 / sqrt(m))
 ROPE_BITS = 14  # cos/sin in Q14
-FINAL_NORM_FRAC = 4  # the final norm feeds the head as int12, 16x finer than the other norms
+NORM_OUT_FRAC = 4  # every norm writes int12, 16x finer than its calibrated int8 step (the MAC lanes take 17 bits)
 ROPE_IN_FRAC = 4  # q and k reach RoPE with 4 more fraction bits (int12), rounded to int8 once, after it
 PROB_BITS = 15  # softmax probabilities in Q15
 RECIP_BITS = 30  # softmax reciprocal: floor(2**30 / sum)

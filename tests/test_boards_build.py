@@ -193,7 +193,7 @@ def _too_big_for_ulx3s(folder: Path) -> Path:
 def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _too_big_for_ulx3s(tmp_path / "big")
     expected = ("big (int8, 1 row x 8 lanes, context 64) needs 5,234,688 block-RAM bits (284 DP16KD of 18,432 bits for "
-                "4,301,824 bits of memories: weights 4,063,232, tables 76,288, kv 131,072, lora 16,384, buffers 14,848), "
+                "4,301,184 bits of memories: weights 4,063,232, tables 75,648, kv 131,072, lora 16,384, buffers 14,848), "
                 "the ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
     with pytest.raises(FitError) as err:
         check_fit(folder, "ulx3s")
