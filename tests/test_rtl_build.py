@@ -38,7 +38,8 @@ def test_compile_lints_clean_and_reports(tmp_path, family, scheme, storage):
     assert all(f.startswith(code) for f in formats.values())
     assert formats["head"].endswith("; int12 in, int32 out")
     if family == "llama":
-        assert formats["layers.0.q"].endswith("; int12 in, int12 out") and formats["layers.1.down"].endswith("int16 in, int16 out")
+        assert formats["layers.0.q"].endswith("; int12 in, int12 out")
+        assert formats["layers.1.down"].endswith("; int16 in, int16 out")
         assert formats["layers.0.o"].endswith("; int8 in, int16 out") and formats["embed"].endswith("; looked up, int16 out")
 
 
