@@ -41,7 +41,7 @@ from hardwire.quant.quantize import (  # noqa: E402
     rounded_weights,
 )
 
-SITE_TITLES = {"norm": "norm outputs (int8, per channel)", "q": "q (int12 into RoPE, int8 after)",
+SITE_TITLES = {"norm": "norm outputs (int12, per channel)", "q": "q (int12 into RoPE, int8 after)",
                "k": "k (int12 into RoPE, int8 KV cache)", "v": "v (int8, the KV cache)",
                "probs": "softmax (EXP table, Q15 probabilities)", "attn_out": "attention output (int8)",
                "gate": "gate (int8) and its SILU table (9 bits out)", "up": "up (int8)", "hidden": "MLP hidden (GELU table out)",

@@ -6,6 +6,7 @@ import json
 
 from hardwire.cli import BUNDLED_MODEL, main
 from hardwire.frontend import load
+from hardwire.frontend.vocab import decode, encode
 
 
 def test_bundled_model_imports_and_proves():
@@ -16,6 +17,20 @@ def test_bundled_model_imports_and_proves():
     assert ir.n_params <= 500_000  # ~4 bits a weight must fit a ULX3S-85F's 3.7 Mbit of block RAM with room
     assert ir.vocab == tuple(json.loads(BUNDLED_MODEL.with_suffix(".vocab.json").read_text()))
     assert ir.proof.passed
+
+
+def test_word_piece_model_imports_proves_and_encodes_the_corpus():
+    """The second bundled model: llama2.c's 260K shape, 512 word pieces learned on the training split."""
+    model = BUNDLED_MODEL.parent / "tinyshakespeare_pieces.onnx"
+    ir = load(model)
+    cfg = ir.config
+    assert (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.ffn, cfg.context) == (512, 64, 4, 4, 172, 128)
+    assert ir.proof.passed and ir.vocab == tuple(json.loads(model.with_suffix(".vocab.json").read_text()))
+    text = "ROMEO:\nWhat say you, my lord?\n"
+    ids = encode(text, ir.vocab)
+    assert decode(ids, ir.vocab) == text and len(ids) < len(text) / 2  # pieces, not characters
+    trained = json.loads(model.with_suffix(".train.json").read_text())
+    assert trained["val_loss_per_char"] < 2.0 and trained["config"]["vocab_size"] == 512
 
 
 def test_inspect_prints_config_and_proof(capsys):
