@@ -17,6 +17,7 @@ from ..quant.qmodel import QModel
 from .argmax import LATENCY as ARGMAX_LATENCY
 from .mac_array import LATENCY as MAC_LATENCY
 from .rescale import LATENCY as RESCALE_LATENCY
+from .rope import LATENCY as ROPE_LATENCY
 from .skid_buffer import LATENCY as SKID_LATENCY
 
 MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
@@ -178,7 +179,7 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
         k_cycles = next(p.cycles for p in reversed(phases) if p.name == f"{prefix}.k")
         v_cycles = phases[-1].cycles
         if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs
-            rope_q, rope_k = cfg.n_heads * hd + 4, cfg.n_kv_heads * hd + 4
+            rope_q, rope_k = cfg.n_heads * hd + ROPE_LATENCY + 1, cfg.n_kv_heads * hd + ROPE_LATENCY + 1
             phases.append(Phase("rope", f"{prefix}.rope", 0, max(0, rope_q - k_cycles) + max(0, rope_k - v_cycles) + 3,
                                 3))
         else:

@@ -3,8 +3,8 @@
 y1 = sat8(round_shift(x1*cos - x2*sin, 14 + f)), y2 = sat8(round_shift(x2*cos + x1*sin, 14 + f)),
 for x1, x2 of `in_bits` = 8 + f bits (int12 from the q/k projections: f = 4 more fraction bits),
 with cos/sin the Q14 table entries (§3) at (position, pair index). The tables live in two
-ROMs (synchronous read) addressed by position * half + pair. Three pipeline stages, one
-pair per cycle, stalled as a whole when the output is not taken.
+ROMs (synchronous read) addressed by position * half + pair. Five pipeline stages (ROM, its
+register, products, sums, output), one pair per cycle, stalled as a whole when the output is not taken.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 from .rescale import saturate
 
 ROPE_BITS = 14  # cos/sin in Q14 (quant/tables.py)
+LATENCY = 5  # cycles from a pair taken to its rotation offered (the plan counts them)
 TABLE_BITS = 16  # cos/sin in [-2**14, 2**14]: +2**14 itself occurs and does not fit int15
 
 
@@ -95,30 +96,34 @@ class Rope(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
 
-        # stage 1: ROM read (the ROM's output register holds cos/sin), x1/x2 delayed to match
+        # stage 1: ROM read (the ROM's own output latch holds cos/sin), x1/x2 delayed to match
         address = self.i.payload.pos * self.half + self.i.payload.pair
         m.d.comb += [cos_rd.addr.eq(address), sin_rd.addr.eq(address), cos_rd.en.eq(advance), sin_rd.en.eq(advance)]
-        t_valid = Signal()
-        x1 = Signal(signed(self.in_bits))
-        x2 = Signal(signed(self.in_bits))
-        # stage 2: rotated sums plus the rounding half 2**13
-        r_valid = Signal()
+        v1, x1, x2 = Signal(), Signal(signed(self.in_bits)), Signal(signed(self.in_bits))
+        # stage 2: cos/sin in fabric registers: the block RAM's clock-to-out and its route to the multipliers get
+        # a cycle of their own (the routed bitstream's critical path, docs/hardware.md)
+        v2, c, s = Signal(), Signal(signed(TABLE_BITS)), Signal(signed(TABLE_BITS))
+        x1c, x2c = Signal(signed(self.in_bits)), Signal(signed(self.in_bits))
+        # stage 3: the four products, registered at the multipliers' outputs
+        prod_bits = self.in_bits + TABLE_BITS
+        v3 = Signal()
+        p_x1c, p_x2s, p_x2c, p_x1s = (Signal(signed(prod_bits), name=n) for n in ("p_x1c", "p_x2s", "p_x2c", "p_x1s"))
+        # stage 4: rotated sums plus the rounding half
+        v4 = Signal()
         a = Signal(signed(self.sum_bits))  # x1*cos - x2*sin + half
         b = Signal(signed(self.sum_bits))  # x2*cos + x1*sin + half
         half_unit = 1 << (self.shift - 1)
-        # stage 3: arithmetic shift (|.| <= 2**8: int10), then saturate to int8 in the output register
+        # stage 5: arithmetic shift (|.| <= 2**8: int10), then saturate to int8 in the output register
         y1 = Signal(signed(self.sum_bits - self.shift))
         y2 = Signal(signed(self.sum_bits - self.shift))
         m.d.comb += [y1.eq(a >> self.shift), y2.eq(b >> self.shift)]
         with m.If(advance):
             m.d.sync += [
-                t_valid.eq(self.i.valid),
-                x1.eq(self.i.payload.x1),
-                x2.eq(self.i.payload.x2),
-                r_valid.eq(t_valid),
-                a.eq(x1 * cos_rd.data - x2 * sin_rd.data + half_unit),
-                b.eq(x2 * cos_rd.data + x1 * sin_rd.data + half_unit),
-                self.o.valid.eq(r_valid),
+                v1.eq(self.i.valid), x1.eq(self.i.payload.x1), x2.eq(self.i.payload.x2),
+                v2.eq(v1), c.eq(cos_rd.data), s.eq(sin_rd.data), x1c.eq(x1), x2c.eq(x2),
+                v3.eq(v2), p_x1c.eq(x1c * c), p_x2s.eq(x2c * s), p_x2c.eq(x2c * c), p_x1s.eq(x1c * s),
+                v4.eq(v3), a.eq(p_x1c - p_x2s + half_unit), b.eq(p_x2c + p_x1s + half_unit),
+                self.o.valid.eq(v4),
                 self.o.payload.y1.eq(saturate(y1, 8)),  # a rotation can leave int8 (up to |y| = 256)
                 self.o.payload.y2.eq(saturate(y2, 8)),
             ]

@@ -13,10 +13,9 @@ from rtl_sim import receive, run, send
 from hardwire.quant.blocks import rope
 from hardwire.quant.fixedpoint import round_shift
 from hardwire.quant.tables import ROPE_BITS, rope_tables
-from hardwire.rtl.rope import Rope
+from hardwire.rtl.rope import LATENCY, Rope
 
 EXTREMES = [(127, 127), (-128, -128), (127, -128), (-128, 127), (0, 0), (1, -1), (-128, 0), (0, -128), (127, 0)]
-LATENCY = 3
 
 
 def _reference(cos: torch.Tensor, sin: torch.Tensor, cases: list[tuple[int, int, int, int]],
