@@ -1,8 +1,8 @@
-"""Norm unit: integer RMSNorm / LayerNorm of one int16 residual vector to int8 (docs/numerics.md §4).
+"""Norm unit: integer RMSNorm / LayerNorm of one int16 residual vector to int12 (docs/numerics.md §4).
 
 u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; e = max(0, bit_length(ss) - 10) rounded up
 to even; r = RSQRT[ss >> e]; t = round_shift(u * r, e/2 + 8) (int17); out = rescale(t, mult[j], shift[j], 8)
-(12 bits at a site that says so: the final norm).
+(12 bits at a site whose out_bits says so: every norm of a compiled model).
 The vector is kept in a RAM of `lanes`-element words while the per-vector quantities are accumulated,
 then read back a word per cycle: once, or twice for LayerNorm (its sum of squares needs the mean).
 
@@ -27,7 +27,7 @@ from .word_runs import write_run
 
 X_BITS = 16  # the int16 residual
 T_BITS = 17  # t = u / sqrt(ss) in Q15, slightly past 2**15 (§4)
-OUT_BITS = 8  # a site's output saturates here unless it says wider (the final norm: 12)
+OUT_BITS = 8  # a site's output saturates here unless it says wider (a compiled model's norms: 12)
 SUM_BITS = 63  # ss is checked int63 by the reference: 0 < ss < 2**62
 
 
@@ -50,7 +50,7 @@ class NormSite(NamedTuple):
     eps_q: int
     mult: Sequence[int]
     shift: Sequence[int]
-    out_bits: int = OUT_BITS  # 8, or 12 for the final norm (the head's input)
+    out_bits: int = OUT_BITS  # 12 for a compiled model's norms; 8 for one saved before QNorm.out_bits
 
 
 def coef_words(sites: Sequence[NormSite], d: int, lanes: int) -> list[list[int]]:
@@ -71,7 +71,7 @@ def input_layout(in_lanes: int) -> data.StructLayout:
 
 
 class NormUnit(wiring.Component):
-    """Stream of d int16 residual elements in, words of `lanes` int8 normalised elements out, per vector.
+    """Stream of d int16 residual elements in, words of `lanes` normalised elements (int12; `out_bits` per site) out, per vector.
 
     The elements come in beats of up to `in_lanes` (which divides lanes): within one vector every beat
     is full but the last, or every beat holds one element (the decoder's epilogue, wide or not).
@@ -182,12 +182,13 @@ class NormUnit(wiring.Component):
         for k, rescale in enumerate(rescales):
             m.submodules[f"rescale{k}"] = rescale
         m.d.comb += self.o.valid.eq(rescales[0].o.valid)  # the lanes move in lockstep
-        narrow = [i for i, site in enumerate(self.sites) if site.out_bits < self.out_bits]  # saturate again at 8
-        narrow_site = self.site.matches(*narrow) if narrow else Const(0)
+        narrower = {w: [i for i, s in enumerate(self.sites) if s.out_bits == w]  # sites saturating again, narrower
+                    for w in {s.out_bits for s in self.sites} - {self.out_bits}}
         for k, rescale in enumerate(rescales):
-            y = rescale.o.payload
-            m.d.comb += [rescale.o.ready.eq(self.o.ready),
-                         self.o.payload[k].eq(Mux(narrow_site, saturate(y, OUT_BITS), y) if narrow else y)]
+            y = out = rescale.o.payload
+            for width, indices in narrower.items():
+                out = Mux(self.site.matches(*indices), saturate(y, width), out)
+            m.d.comb += [rescale.o.ready.eq(self.o.ready), self.o.payload[k].eq(out)]
 
         eps = Signal(range(eps_max + 1))
         with m.Switch(self.site):

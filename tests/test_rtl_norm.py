@@ -123,42 +123,12 @@ def test_norm_matches_reference(kind, d, lanes, in_lanes, extreme):
     _check(kind, d, extreme, idle=0.2, stall=0.3, lanes=lanes, in_lanes=in_lanes)
 
 
-@pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_one_unit_serves_several_norm_sites(kind):
-    """The `site` input picks each vector's eps_q and per-channel constants: vectors alternate between three sites."""
-    d, lanes = 12, 4
-    rng = random.Random(f"sites-{kind}")
-    sites = [NormSite(eps, *_coefs(d, extreme, rng)) for eps, extreme in ((1, True), (_eps_q(d, kind), False), (7, False))]
-    vectors = _vectors(d, rng)[:12]
+def _alternating_sites(kind: str, d: int, lanes: int, sites: list[NormSite], vectors: list[list[int]],
+                       rng: random.Random) -> tuple[list[int], list[int]]:
+    """(simulated, reference) outputs of one unit for vectors taking the sites in turn."""
     want = []
     for n, vector in enumerate(vectors):
-        site = sites[n % 3]
-        want += norm(torch.tensor([vector]), kind, site.eps_q, torch.tensor(site.mult), torch.tensor(site.shift), RSQRT,
-                     "t").flatten().tolist()
-    dut = NormUnit(d, kind, sites, lanes=lanes)
-    got: list[int] = []
-
-    async def bench(ctx):
-        for n, vector in enumerate(vectors):
-            ctx.set(dut.site, n % 3)
-            await send(ctx, dut.i, _beats(vector, 1), rng, idle=0.2)
-            got.extend(await _receive_elements(ctx, dut, 1, rng, 0.3))
-
-    run(dut, bench)
-    assert got == want
-
-
-@pytest.mark.parametrize("kind", ["rms", "layer"])
-def test_a_wide_site_keeps_12_bits_and_the_others_saturate_at_8(kind):
-    """The final norm's site says out_bits = 12 (the head's input); sites beside it still saturate at int8."""
-    d, lanes = 12, 4
-    rng = random.Random(f"wide-{kind}")
-    mult, shift = _coefs(d, True, rng)
-    sites = [NormSite(1, mult, shift), NormSite(1, mult, shift, 12), NormSite(_eps_q(d, kind), *_coefs(d, False, rng), 12)]
-    vectors = _vectors(d, rng)[:12]
-    want = []
-    for n, vector in enumerate(vectors):
-        site = sites[n % 3]
+        site = sites[n % len(sites)]
         want += norm(torch.tensor([vector]), kind, site.eps_q, torch.tensor(site.mult), torch.tensor(site.shift), RSQRT,
                      "t", site.out_bits).flatten().tolist()
     dut = NormUnit(d, kind, sites, lanes=lanes)
@@ -166,14 +136,49 @@ def test_a_wide_site_keeps_12_bits_and_the_others_saturate_at_8(kind):
 
     async def bench(ctx):
         for n, vector in enumerate(vectors):
-            ctx.set(dut.site, n % 3)
+            ctx.set(dut.site, n % len(sites))
             await send(ctx, dut.i, _beats(vector, 1), rng, idle=0.2)
             got.extend(await _receive_elements(ctx, dut, 1, rng, 0.3))
 
     run(dut, bench)
+    return got, want
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_one_unit_serves_several_norm_sites(kind):
+    """The `site` input picks each vector's eps_q and per-channel constants: vectors alternate between three sites."""
+    d, lanes = 12, 4
+    rng = random.Random(f"sites-{kind}")
+    sites = [NormSite(eps, *_coefs(d, extreme, rng)) for eps, extreme in ((1, True), (_eps_q(d, kind), False), (7, False))]
+    got, want = _alternating_sites(kind, d, lanes, sites, _vectors(d, rng)[:12], rng)
+    assert got == want
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_a_wide_site_keeps_12_bits_and_the_others_saturate_at_8(kind):
+    """Sites saying out_bits = 12 (every norm of a compiled model) keep 12 bits; an int8 site beside them (a
+    qmodel.json from before out_bits existed) still saturates at int8."""
+    d, lanes = 12, 4
+    rng = random.Random(f"wide-{kind}")
+    mult, shift = _coefs(d, True, rng)
+    sites = [NormSite(1, mult, shift), NormSite(1, mult, shift, 12), NormSite(_eps_q(d, kind), *_coefs(d, False, rng), 12)]
+    vectors = _vectors(d, rng)[:12]
+    got, want = _alternating_sites(kind, d, lanes, sites, vectors, rng)
     assert got == want
     wide = [v for n in range(1, len(vectors), 3) for v in want[n * d : (n + 1) * d]]
     assert max(map(abs, wide)) > 128 and max(map(abs, want[:d])) <= 128  # the same constants: 12 bits, then 8
+
+
+def test_each_narrower_site_saturates_at_its_own_width():
+    """Three widths in one unit (8, 10, 12): a site narrower than the widest saturates at its own out_bits."""
+    d, lanes, kind = 12, 4, "rms"
+    rng = random.Random("widths")
+    mult, shift = _coefs(d, True, rng)
+    sites = [NormSite(1, mult, shift, bits) for bits in (8, 10, 12)]
+    got, want = _alternating_sites(kind, d, lanes, sites, _vectors(d, rng)[:12], rng)
+    assert got == want
+    peaks = [max(abs(v) for n in range(s, 12, 3) for v in want[n * d : (n + 1) * d]) for s in range(3)]
+    assert peaks[0] <= 128 and 128 < peaks[1] <= 512 < peaks[2]  # each width reached: int8, int10, int12
 
 
 @pytest.mark.parametrize("kind", ["rms", "layer"])
