@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))  # run from a checkout: the root is the hardwire package
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from quality import compare, integer_logits, validation_windows  # noqa: E402
+from quality import compare, integer_logits, validation_set  # noqa: E402
 
 from hardwire.cli import BUNDLED_MODEL  # noqa: E402
-from hardwire.frontend import float_forward, load  # noqa: E402
+from hardwire.frontend import float_forward  # noqa: E402
 from hardwire.quant.calibrate import calibrate, self_generated  # noqa: E402
 from hardwire.quant.fake_quant import SITE_GROUPS, rounding  # noqa: E402
 from hardwire.quant.fold import fold_norms  # noqa: E402
@@ -57,13 +57,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    ir = load(args.model)
-    if ir.vocab is None:
-        raise SystemExit(f"{args.model}: the error budget needs a character model with vocab.json beside it")
-    length = ir.config.context or 128
-    data = validation_windows(args.corpus, ir.vocab, length, args.windows)
-    inputs, targets = data[:-1].view(-1, length), data[1:].view(-1, length)
-    print(f"validation: {inputs.numel():,} characters in {inputs.shape[0]} windows of {length}", flush=True)
+    ir, inputs, targets, chars = validation_set(args.model, args.corpus, args.windows, "the error budget")
+    length = inputs.shape[1]
 
     folded = fold_norms(ir)
     cal = calibrate(folded, self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(length, 128)))
@@ -95,7 +90,8 @@ def main() -> None:
     add(f"the integer decoder ({args.scheme})", integer_logits(qm, inputs).float())
     print(f"  ({time.time() - start:.0f} s)")
 
-    print(f"\n{args.model.name}, {args.scheme}, validation split ({inputs.numel():,} characters), {date.today()}\n")
+    print(f"\n{args.model.name}, {args.scheme}, validation split ({inputs.numel():,} tokens, {chars:,} characters), "
+          f"{date.today()}\n")
     print("| rounded to the integer grid | top-1 agreement with float | val loss | KL to float |")
     print("|---|---|---|---|")
     for row in rows:
@@ -103,7 +99,8 @@ def main() -> None:
     out = args.out or ROOT / "benchmarks" / "results" / f"error_budget_{args.scheme}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": str(date.today()), "machine": platform.machine(), "model": args.model.name,
-                               "scheme": args.scheme, "characters": inputs.numel(), "rows": rows}, indent=1) + "\n")
+                               "scheme": args.scheme, "tokens": inputs.numel(), "characters": chars, "rows": rows},
+                              indent=1) + "\n")
     print(f"\nwrote {out}")
 
 

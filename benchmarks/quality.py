@@ -47,6 +47,20 @@ def validation_windows(corpus: Path, vocab: tuple[str, ...], length: int, window
     return ids[: n * length + 1]
 
 
+def validation_set(model: Path, corpus: Path, windows: int, purpose: str):
+    """(ModelIR, inputs, targets, characters): the model and its validation split in windows of its context."""
+    ir = load(model)
+    if ir.vocab is None:
+        raise SystemExit(f"{model}: {purpose} needs a model with a vocabulary (hardwire.vocab metadata)")
+    length = ir.config.context or 128
+    data = validation_windows(corpus, ir.vocab, length, windows)
+    inputs, targets = data[:-1].view(-1, length), data[1:].view(-1, length)
+    chars = sum(len(ir.vocab[t]) for t in targets.reshape(-1).tolist())
+    print(f"validation: {inputs.numel():,} tokens ({chars:,} characters) in {inputs.shape[0]} windows of {length}",
+          flush=True)
+    return ir, inputs, targets, chars
+
+
 def compare(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
     """Top-1 agreement with the reference logits, cross-entropy on the targets, KL(reference || logits), per token."""
     lp, ref = logits.double().log_softmax(-1), reference.double().log_softmax(-1)
@@ -98,17 +112,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    ir = load(args.model)
-    if ir.vocab is None:
-        raise SystemExit(f"{args.model}: quality needs a model with a vocabulary (hardwire.vocab metadata)")
-    length = ir.config.context
-    data = validation_windows(args.corpus, ir.vocab, length, args.windows)
-    inputs = data[:-1].view(-1, length)
-    targets = data[1:].view(-1, length)
-    chars = sum(len(ir.vocab[t]) for t in targets.reshape(-1).tolist())
+    ir, inputs, targets, chars = validation_set(args.model, args.corpus, args.windows, "quality")
     per_char = inputs.numel() / chars  # nats/token x tokens/character
-    print(f"validation: {inputs.numel():,} tokens ({chars:,} characters) in {inputs.shape[0]} windows of {length}",
-          flush=True)
     float_logits = torch.cat([float_forward(ir, b) for b in inputs.split(64)]).double()
     rows = [{"scheme": "float", **compare(float_logits, float_logits, targets), "avg_bits": 32.0,
              "weight_bits": ir.n_params * 32}]

@@ -98,8 +98,8 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     attention output, gate, up, MLP hidden, logits. transform(site, tensor) may replace the
     value at those sites and at two more (`layers.i.probs`, the softmax's output, and
     `layers.i.gate_act`, SiLU of the gate; q and k before RoPE are `layers.i.q_raw`, `k_raw`)
-    before the model goes on: the error budget rounds
-    one site at a time to its integer grid this way (quant/fake_quant.py).
+    before the model goes on: the error budget rounds one site at a time to its integer grid
+    this way (quant/fake_quant.py).
     """
     cfg = ir.config
     b, t = ids.shape
@@ -117,12 +117,12 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
 
     x = site("residual", x)
     mask = torch.ones(t, t, dtype=torch.bool).tril()
+    raw = "_raw" if cfg.positions == "rope" else ""  # q and k before RoPE
     for i, layer in enumerate(ir.layers):
         h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm", transform)
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        raw = "_raw" if cfg.positions == "rope" else ""
         q, k, v = site(f"layers.{i}.q", q, raw), site(f"layers.{i}.k", k, raw), site(f"layers.{i}.v", v)
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)

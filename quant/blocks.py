@@ -35,8 +35,8 @@ def bit_length(x: torch.Tensor) -> torch.Tensor:
 
 def norm(x: torch.Tensor, kind: str, eps_q: int, mult: int, shift: int, rsqrt: torch.Tensor, what: str,
          out_bits: int = 8) -> torch.Tensor:
-    """RMSNorm or LayerNorm of the int16 residual (..., d) to int8 (int12 for the final norm; gain folded into the
-    next weights).
+    """RMSNorm or LayerNorm of the int16 residual (..., d) to `out_bits` (12 in a compiled model, 8 in one
+    saved before QNorm.out_bits; gain folded into the next weights).
 
     u = x (rms) or d*x - sum(x) (layer); ss = sum(u^2) + eps_q; the top 10 bits of ss (at an even
     shift e, so 9 or 10 bits) index RSQRT; t = u * RSQRT[m] >> (e/2 + 8) is u / sqrt(ss) in Q15; then one rescale.

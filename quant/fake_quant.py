@@ -69,7 +69,7 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
         "probs": lambda s, v: integer_softmax(v),
     }
 
-    def int8_at(site: str, value: torch.Tensor) -> torch.Tensor:
+    def chip_grid(site: str, value: torch.Tensor) -> torch.Tensor:
         if site.endswith("gate_act"):  # SILU table: 9 bits out at half the gate's step, +-255
             return _grid(value, steps[site.removesuffix("_act")] / 2, SILU_OUT_BITS, symmetric=True)
         if site.endswith("_raw"):  # q, k into RoPE: int12 at a 16x finer step (ROPE_IN_FRAC)
@@ -87,6 +87,6 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
         group = site_group(site)
         if group not in groups:
             return value
-        return rules.get(group, int8_at)(site, value)
+        return rules.get(group, chip_grid)(site, value)
 
     return transform

@@ -32,7 +32,7 @@ class QLinear:
     shift: torch.Tensor  # int64 (out,): rounding right shift
     bits: int  # code width (3, 4, 6, 8; 4 for MXFP4)
     scheme: str  # "int" or "mxfp4"
-    in_bits: int  # input activation width: 8, or 16 for the down projection of a gated MLP
+    in_bits: int  # input activation width: 12 reading a norm, 16 for the down projection of a gated MLP, else 8
     out_bits: int  # 8 (activation), 12 (q, k into RoPE), 16 (residual) or 32 (logits)
     acc_bits: int  # declared accumulator width, checked at compile time against the worst case
     error: float  # relative Frobenius error of the quantised weight
@@ -47,7 +47,7 @@ class QLinear:
 class QNorm:
     kind: str  # "rms" or "layer"
     eps_q: int  # epsilon in sum-of-squares units
-    mult: torch.Tensor  # int64 (d_model,): Q15 normalised value -> int8 activation, per channel
+    mult: torch.Tensor  # int64 (d_model,): Q15 normalised value -> int12 activation (out_bits), per channel
     shift: torch.Tensor  # int64 (d_model,)
     out_bits: int = 8  # 12 (NORM_OUT_FRAC) since 2026-12-06; older qmodel.json files load as 8
 

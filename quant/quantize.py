@@ -102,6 +102,13 @@ def _with_weight(ir: ModelIR, name: str, w: np.ndarray) -> ModelIR:
     return dataclasses.replace(ir, layers=tuple(layers))
 
 
+def _stored_weight(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration,
+                   in_scale: np.ndarray | None) -> np.ndarray:
+    """The float weights that `_quantize`'s codes stand for, the input steps unfolded again."""
+    fake = _quantize(name, w, scheme, bits, cal, in_scale).dequantize()
+    return fake if in_scale is None else fake / in_scale[None, :]
+
+
 def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.ndarray | None],
                 bits: int = 3) -> dict[str, float]:
     """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text.
@@ -111,9 +118,7 @@ def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.
     reference = float_forward(folded, cal.ids).double().log_softmax(-1)
     out = {}
     for name, w in _weights(folded).items():
-        steps = in_steps(name)
-        fake = _quantize(name, w, "int", bits, cal, steps).dequantize()
-        fake = fake if steps is None else fake / steps[None, :]
+        fake = _stored_weight(name, w, "int", bits, cal, in_steps(name))
         logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
         out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
     return out
@@ -136,9 +141,8 @@ def rounded_weights(folded: ModelIR, cal: Calibration, scheme: str, avg_bits: fl
     bits = choose_bits(scheme, folded, cal, avg_bits, lambda name: input_steps(folded, steps, name))
     out = folded
     for name, w in _weights(folded).items():
-        s = input_steps(folded, steps, name)
-        fake = _quantize(name, w, weight_scheme, bits[name], cal, s).dequantize()
-        out = _with_weight(out, name, fake if s is None else fake / s[None, :])
+        out = _with_weight(out, name, _stored_weight(name, w, weight_scheme, bits[name], cal,
+                                                     input_steps(folded, steps, name)))
     return out
 
 
@@ -218,9 +222,9 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
     """site -> the integer step of every channel there (a scalar site broadcasts one step).
 
     Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
-    fold into the weights that read them (a norm's 16 times finer than its int8 clip: norms write int12); the sites
-    that feed the KV cache, the softmax and the
-    tables get one int8 step each. The hidden step of a gated MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
+    fold into the weights that read them (a norm's 16 times finer than its int8 clip: norms write int12); the
+    sites that feed the KV cache, the softmax and the tables get one int8 step each. The hidden step of a gated
+    MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
     """
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
     steps: dict[str, np.ndarray] = {}
@@ -297,6 +301,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
             down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs
     head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, norm_bits)
+
     def out_step(i: int, part: str) -> np.ndarray | float:
         """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step."""
         if part in ("o", "down"):

@@ -45,7 +45,7 @@ def _int8(x: float) -> int:
 def silu_table(in_scale: float) -> torch.Tensor:
     """SILU[c + 128] = sat(round(silu(c * s) / (s / 2)), +-255): int8 in, 9 bits out at half the input's step.
 
-    The output half-step is where the int8 gate lost most (the error budget, docs/numerics.md §13):
+    The output half-step is where the int8 gate lost most (the error budget, docs/numerics.md §14):
     silu's negative lobe (>= -0.28) got a handful of codes. 9 bits still fit the product:
     |SILU * up| <= 255 * 128 < 2**15. The clamp is never reached: silu(x) <= x above 0 (<= 254 half-steps) and
     silu(x) / x < 1/2 below (> -128).

@@ -66,8 +66,8 @@ class BuildReport:
 
 
 def tensor_formats(qm: QModel) -> dict[str, str]:
-    """name -> how its weights are stored and what it reads and writes, e.g. `int4 codes, a scale per row; int8 in,
-    int12 out` (docs/numerics.md §11, §13)."""
+    """name -> how its weights are stored and what it reads and writes, e.g. `int4 codes, a scale per row; int12 in,
+    int12 out` for q (docs/numerics.md §11, §13)."""
     out = {}
     for name, t in qm.weight_tensors():
         codes = ("mxfp4 (E2M1) codes, a shared power-of-two exponent per 32 columns and a scale per row"
