@@ -279,7 +279,7 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
     """Every engine shape the Decoder accepts for this model: rows, lanes (dividing the head width), attention rows
     and softmax lanes (dividing lanes); one epilogue lane, or as many as keep up with the engine."""
     hd = qm.config.head_dim
-    lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (qm.scheme != "mxfp4" or 32 % (1 << k) == 0)]
+    lane_options = [1 << k for k in range(7) if hd % (1 << k) == 0 and (not qm.block_scaled or 32 % (1 << k) == 0)]
     plans = []
     for rows in (1 << k for k in range(7)):
         for lanes in lane_options:

@@ -33,8 +33,13 @@ def _round_column(x: np.ndarray, base: QuantizedWeight) -> np.ndarray:
     return np.clip(np.rint(x), -qmax - 1, qmax).astype(np.int64)
 
 
-def gptq(w: np.ndarray, hessian: np.ndarray, base: QuantizedWeight) -> QuantizedWeight:
-    """Codes for w (out, in) on base's grid and scales, chosen against hessian (in, in)."""
+def gptq(w: np.ndarray, hessian: np.ndarray, base: QuantizedWeight, act_order: bool = True) -> QuantizedWeight:
+    """Codes for w (out, in) on base's grid and scales, chosen against hessian (in, in).
+
+    act_order: round the columns of the largest Hessian diagonal (the inputs that carry the most energy)
+    first, while the most columns remain to absorb their error (GPTQ's "act-order"); the scales stay
+    the ones `base` chose, so the grid and the stored format do not change.
+    """
     weights = np.asarray(w, dtype=np.float64).copy()
     n_in = weights.shape[1]
     if hessian.shape != (n_in, n_in):
@@ -44,14 +49,17 @@ def gptq(w: np.ndarray, hessian: np.ndarray, base: QuantizedWeight) -> Quantized
     h[dead, dead] = 1.0
     weights[:, dead] = 0.0
     h += DAMPING * np.mean(np.diag(h)) * np.eye(n_in)
+    order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(n_in)
+    h, weights = h[np.ix_(order, order)], weights[:, order]
     upper = np.linalg.cholesky(np.linalg.inv(h)).T  # upper Cholesky factor of H^-1
-    scale = _element_scale(base)
+    scale = _element_scale(base)[:, order]
     codes = np.zeros(weights.shape, dtype=np.int64)
     for i in range(n_in):
         column = weights[:, i]
         codes[:, i] = _round_column(column / scale[:, i], base)
         error = (column - codes[:, i] * scale[:, i]) / upper[i, i]
         weights[:, i + 1 :] -= np.outer(error, upper[i, i + 1 :])
+    codes[:, order] = codes.copy()
     result = QuantizedWeight(base.scheme, base.bits, codes.astype(np.int8), base.row_scale, base.block_shift,
                              base.block_exponent, 0.0)
     original = np.asarray(w, dtype=np.float64)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..frontend.ir import ModelConfig
+from .weights import scale_bits
 
 FORMAT_VERSION = 2  # 2: per-channel norm multipliers, projection steps
 
@@ -26,12 +27,13 @@ class QLinear:
     """y = rescale(W_int @ a + bias, mult[o], shift[o]) into `out_bits` (docs/numerics.md §2)."""
 
     codes: torch.Tensor  # int64 (out, in): weight codes (MXFP4: element value x 2)
-    block_shift: torch.Tensor  # int64 (out, in): left shift per element (MXFP4 block exponent - row minimum; else 0)
+    block_shift: torch.Tensor  # int64 (out, in): left shift per element (MXFP4 block exponent - row minimum, int_group
+    #                            the group's exponent; 0 for int)
     bias: torch.Tensor  # int64 (out,): bias in accumulator units (zeros when the model has none)
     mult: torch.Tensor  # int64 (out,): fixed-point multiplier, [2**14, 2**15)
     shift: torch.Tensor  # int64 (out,): rounding right shift
     bits: int  # code width (3, 4, 6, 8; 4 for MXFP4)
-    scheme: str  # "int" or "mxfp4"
+    scheme: str  # "int", "int_group" (a power-of-two exponent per 32 inputs) or "mxfp4"
     in_bits: int  # input activation width: 12 reading a norm, 16 for the down projection of a gated MLP, else 8
     out_bits: int  # 8 (activation), 12 (q, k into RoPE), 16 (residual) or 32 (logits)
     acc_bits: int  # declared accumulator width, checked at compile time against the worst case
@@ -136,8 +138,19 @@ class QModel:
         return sum(int(t.codes.numel()) for _, t in self.weight_tensors())
 
     @property
+    def block_scaled(self) -> bool:
+        """Some tensor shifts per 32 inputs (int_group, mxfp4): the engine's words must not straddle a block."""
+        return any(t.scheme != "int" for _, t in self.weight_tensors())
+
+    @property
+    def scale_bits(self) -> int:
+        """Side information beside the codes: row rescales, group or block exponents (weights.scale_bits)."""
+        return sum(scale_bits(*t.codes.shape, t.scheme) for _, t in self.weight_tensors())
+
+    @property
     def avg_weight_bits(self) -> float:
-        return self.weight_bits / self.n_weights
+        """Bits per weight, the codes and their scales together: what a format costs, not only its code width."""
+        return (self.weight_bits + self.scale_bits) / self.n_weights
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -31,9 +31,20 @@ from .tables import (
     rsqrt_table,
     silu_table,
 )
-from .weights import QuantizationError, QuantizedWeight, allocate_bits, quantize_int, quantize_mxfp4
+from .weights import (
+    QuantizationError,
+    QuantizedWeight,
+    allocate_bits,
+    quantize_int,
+    quantize_int_group,
+    quantize_mxfp4,
+    scale_bits,
+)
 
 SCHEMES = ("int8", "int4", "int3", "mixed36", "mxfp4")
+# the weight format of each scheme: below 8 bits one row scale is too coarse, so the integer schemes take a
+# power-of-two exponent per 32 inputs (int_group); int8 has the resolution without it
+WEIGHT_FORMAT = {"int8": "int", "int4": "int_group", "int3": "int_group", "mixed36": "int_group", "mxfp4": "mxfp4"}
 RESIDUAL_HEADROOM = 2.0  # calibrated residual max maps to 2**14: one bit of headroom in int16
 LOGIT_BITS_USED = 20  # calibrated logit max maps to 2**20 inside int32
 MAX_ACC_BITS = 48
@@ -80,10 +91,13 @@ def _quantize(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration
     site = _input_site(name)
     s = np.ones(w.shape[1]) if in_scale is None else in_scale
     scaled = w.astype(np.float64) * s[None, :]
+    importance = None if site is None else cal.mean_sq[site] / s**2
     if scheme == "mxfp4":
         base = quantize_mxfp4(scaled)
+    elif scheme == "int_group":
+        base = quantize_int_group(scaled, bits, importance)
     else:
-        base = quantize_int(scaled, bits, None if site is None else cal.mean_sq[site] / s**2)
+        base = quantize_int(scaled, bits, importance)
     return base if site is None else gptq(scaled, cal.gram[site] / np.outer(s, s), base)
 
 
@@ -110,7 +124,7 @@ def _stored_weight(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibr
 
 
 def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.ndarray | None],
-                bits: int = 3) -> dict[str, float]:
+                bits: int = 3, weight_format: str = "int_group") -> dict[str, float]:
     """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text.
 
     The tensor is quantised exactly as it will be stored (input steps folded in), then unfolded.
@@ -118,7 +132,7 @@ def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.
     reference = float_forward(folded, cal.ids).double().log_softmax(-1)
     out = {}
     for name, w in _weights(folded).items():
-        fake = _stored_weight(name, w, "int", bits, cal, in_steps(name))
+        fake = _stored_weight(name, w, weight_format, bits, cal, in_steps(name))
         logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
         out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
     return out
@@ -137,7 +151,7 @@ def rounded_weights(folded: ModelIR, cal: Calibration, scheme: str, avg_bits: fl
     weights' share of the error budget, with every activation still float.
     """
     steps = activation_steps(folded.config, cal)
-    weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
+    weight_scheme = WEIGHT_FORMAT[scheme]
     bits = choose_bits(scheme, folded, cal, avg_bits, lambda name: input_steps(folded, steps, name))
     out = folded
     for name, w in _weights(folded).items():
@@ -204,10 +218,17 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray, out_bit
 
 def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
                 in_steps: Callable[[str], np.ndarray | None]) -> dict[str, int]:
+    """Code width per tensor. mixed36: 3 or 6 bits by sensitivity, the codes and their scales together within
+    avg_bits per weight."""
     weights = _weights(folded)
     if scheme == "mixed36":
         sens = sensitivity(folded, cal, in_steps)
-        return allocate_bits({n: int(w.size) for n, w in weights.items()}, sens, avg_bits)
+        n = sum(int(w.size) for w in weights.values())
+        side = sum(scale_bits(*w.shape, WEIGHT_FORMAT[scheme]) for w in weights.values())
+        if avg_bits - side / n < 3:
+            raise QuantizationError(f"avg_bits {avg_bits} leaves less than 3 bits per weight for the codes: the scales "
+                                    f"take {side / n:.3f} bits per weight; accepted: avg_bits >= {3 + side / n:.3f}")
+        return allocate_bits({name: int(w.size) for name, w in weights.items()}, sens, avg_bits - side / n)
     width = {"int8": 8, "int4": 4, "int3": 3, "mxfp4": 4}[scheme]
     return dict.fromkeys(weights, width)
 
@@ -261,7 +282,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     if calib_ids is None:
         calib_ids = self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
-    weight_scheme = "mxfp4" if scheme == "mxfp4" else "int"
+    weight_scheme = WEIGHT_FORMAT[scheme]
     d, gated = cfg.d_model, cfg.activation == "silu_glu"
     scales = residual_and_logit_scales(cal)
     s_x = scales["residual"]
@@ -317,8 +338,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         cos = sin = torch.zeros((0, cfg.head_dim // 2), dtype=torch.int64)
     pos = None
     if cfg.positions == "learned":
-        pos_w = quantize_mxfp4(ir.pos_embed[:context]) if weight_scheme == "mxfp4" else \
-            quantize_int(ir.pos_embed[:context], bits["pos"])
+        pos_w = _quantize("pos", ir.pos_embed[:context], weight_scheme, bits["pos"], cal)
         pos = _qembedding("pos", pos_w, s_x)
     return QModel(config=cfg, scheme=scheme, context=context, embed=_qembedding("embed", qw["embed"], s_x),
                   layers=tuple(layers),

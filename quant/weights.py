@@ -1,7 +1,9 @@
 """Weight quantizers: float (out, in) matrices to integer codes plus scales, at compile time.
 
-Two schemes. "int": symmetric per-row integer codes of 2..8 bits, each row's scale found by
-a search over clipping ratios weighted by calibration importance (the 3/6-bit mix uses it).
+Three schemes. "int": symmetric per-row integer codes of 2..8 bits, each row's scale found by
+a search over clipping ratios weighted by calibration importance. "int_group": the same codes
+with a power-of-two exponent per 32 inputs on top of the row scale (0..7 binades, 3 bits per
+group): the grid follows each block's range as MXFP4's does, for 3/32 of a bit per weight.
 "mxfp4": OCP Microscaling v1.0 FP4 (E2M1 elements, one E8M0 exponent per 32 inputs), stored
 as integer codes times two so that the datapath needs only integers and shifts.
 Everything is numpy float64; the codes and scales are what the hardware uses, bit for bit.
@@ -9,6 +11,7 @@ Everything is numpy float64; the codes and scales are what the hardware uses, bi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,15 +29,20 @@ _E2M1 = np.array(E2M1_VALUES)
 _E2M1_X2 = np.array([int(2 * v) for v in E2M1_VALUES], dtype=np.int8)  # (0, 1, 2, 3, 4, 6, 8, 12)
 _E2M1_MIDS = (_E2M1[:-1] + _E2M1[1:]) / 2  # (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0): the rounding ties
 _E8M0_MIN, _E8M0_MAX = -127, 127  # unbiased shared-exponent range (255 is NaN in E8M0)
+GROUP_SHIFT_BITS = 3  # int_group: a group's exponent over its row scale, 0..7
+MX_SHIFT_BITS = 5  # mxfp4: a block's exponent over its row's smallest, as the chip stores it (0..24)
+ROW_SCALE_BITS = 21  # the chip's per-row rescale: a 15-bit multiplier and a 6-bit shift (docs/numerics.md §2)
+_GROUP_BASES_PER_BINADE = 8  # int_group: row-scale candidates per factor of two
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: numpy arrays have no truth value to compare by
 class QuantizedWeight:
-    scheme: str  # "int" or "mxfp4"
-    bits: int  # code width: 2..8 for "int", 4 for "mxfp4"
+    scheme: str  # "int", "int_group" or "mxfp4"
+    bits: int  # code width: 2..8 for "int" and "int_group", 4 for "mxfp4"
     codes: np.ndarray  # int8 (out, in); int: signed codes; mxfp4: E2M1 value × 2, in {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12}
     row_scale: np.ndarray  # float64 (out,): weight = codes * row_scale[:, None] * 2**shift
-    block_shift: np.ndarray | None  # mxfp4: int16 (out, n_blocks) >= 0, E_block - min E of the row; None for int
+    block_shift: np.ndarray | None  # int16 (out, n_blocks) >= 0: mxfp4 E_block - min E of the row, int_group the
+    #                                 group's exponent over the row scale; None for int
     block_exponent: np.ndarray | None  # mxfp4: int16 (out, n_blocks), E8M0 shared exponent in [-127, 127]; None for int
     error: float  # ||W - dequantize()||_F / ||W||_F, 0 for an all-zero W
 
@@ -54,11 +62,18 @@ class QuantizedWeight:
 
     @property
     def scale_bits(self) -> int:
-        """Side information: a 16-bit row scale per row, plus an 8-bit shared exponent per MXFP4 block."""
-        bits = 16 * int(self.row_scale.size)
-        if self.block_exponent is not None:
-            bits += 8 * int(self.block_exponent.size)
-        return bits
+        """Side information the chip stores beside the codes (see `scale_bits`)."""
+        return scale_bits(*self.codes.shape, self.scheme)
+
+
+def scale_bits(rows: int, cols: int, scheme: str) -> int:
+    """Bits of side information a (rows, cols) tensor in `scheme` costs on the chip: the row rescale
+    (multiplier and shift) per row, plus a group's or block's exponent per 32 inputs of every row."""
+    groups = rows * -(-cols // QuantizedWeight.BLOCK)
+    per_group = {"int": 0, "int_group": GROUP_SHIFT_BITS, "mxfp4": MX_SHIFT_BITS}
+    if scheme not in per_group:
+        raise QuantizationError(f"unknown weight scheme {scheme!r}; accepted: {', '.join(per_group)}")
+    return rows * ROW_SCALE_BITS + groups * per_group[scheme]
 
 
 def _check_weight(w: np.ndarray) -> np.ndarray:
@@ -83,6 +98,24 @@ def _relative_error(w: np.ndarray, q: np.ndarray) -> float:
     return 0.0 if norm == 0.0 else float(np.linalg.norm(w - q)) / norm
 
 
+def _check_bits_and_importance(w: np.ndarray, bits: int, importance: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray]:
+    """(w as float64, bits as int, importance per column) or a QuantizationError naming what is wrong."""
+    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 2 <= bits <= 8:
+        raise QuantizationError(f"bits must be between 2 and 8, got {bits!r}")
+    a = _check_weight(w)
+    n_in = a.shape[1]
+    if importance is None:
+        return a, int(bits), np.ones(n_in)
+    imp = np.asarray(importance, dtype=np.float64)
+    accepted = f"importance must be {n_in} finite non-negative values (one per input column)"
+    if imp.shape != (n_in,):
+        raise QuantizationError(f"{accepted}, got shape {imp.shape}")
+    bad = np.flatnonzero(~(np.isfinite(imp) & (imp >= 0)))
+    if bad.size:
+        raise QuantizationError(f"{accepted}, got {float(imp[bad[0]])!r} at column {int(bad[0])}")
+    return a, int(bits), imp
+
+
 def quantize_int(w: np.ndarray, bits: int, importance: np.ndarray | None = None) -> QuantizedWeight:
     """Symmetric per-row integer codes; each row's scale minimises the importance-weighted squared error.
 
@@ -91,21 +124,8 @@ def quantize_int(w: np.ndarray, bits: int, importance: np.ndarray | None = None)
     tries scales from no clipping (r = 1) down to r = 0.5, then amax / 2**(bits-1) (the negative
     extreme in use); ties keep the earlier, less clipped candidate.
     """
-    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 2 <= bits <= 8:
-        raise QuantizationError(f"bits must be between 2 and 8, got {bits!r}")
-    bits = int(bits)
-    a = _check_weight(w)
-    out, n_in = a.shape
-    if importance is None:
-        imp = np.ones(n_in)
-    else:
-        imp = np.asarray(importance, dtype=np.float64)
-        accepted = f"importance must be {n_in} finite non-negative values (one per input column)"
-        if imp.shape != (n_in,):
-            raise QuantizationError(f"{accepted}, got shape {imp.shape}")
-        bad = np.flatnonzero(~(np.isfinite(imp) & (imp >= 0)))
-        if bad.size:
-            raise QuantizationError(f"{accepted}, got {float(imp[bad[0]])!r} at column {int(bad[0])}")
+    a, bits, imp = _check_bits_and_importance(w, bits, importance)
+    out = a.shape[0]
     qmax, qmin = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
     amax = np.abs(a).max(axis=1)  # (out,)
     live = amax > 0
@@ -122,6 +142,52 @@ def quantize_int(w: np.ndarray, bits: int, importance: np.ndarray | None = None)
     codes = np.clip(np.rint(a / best_scale[:, None]), qmin, qmax).astype(np.int8)
     qw = QuantizedWeight("int", bits, codes, best_scale, None, None, 0.0)
     return QuantizedWeight("int", bits, codes, best_scale, None, None, _relative_error(a, qw.dequantize()))
+
+
+def quantize_int_group(w: np.ndarray, bits: int, importance: np.ndarray | None = None) -> QuantizedWeight:
+    """Symmetric integer codes whose step is row_scale * 2**shift, one shift (0..7) per group of 32 inputs.
+
+    For each candidate row scale (8 per binade below the row's largest value at code qmax or at qmin, taken
+    seven binades down) every group picks the shift with the least importance-weighted squared error, the
+    groups being independent once the row scale is fixed; the row keeps the candidate whose groups sum to
+    the least error (ties: the earlier candidate). A row of zeros gets scale 1, shifts 0.
+    """
+    a, bits, imp = _check_bits_and_importance(w, bits, importance)
+    out, n_in = a.shape
+    group = QuantizedWeight.BLOCK
+    n_groups = -(-n_in // group)
+    pad = n_groups * group - n_in
+    blocks = np.pad(a, ((0, 0), (0, pad))).reshape(out, n_groups, group)
+    imp_blocks = np.pad(imp, (0, pad)).reshape(n_groups, group)
+    qmax, qmin = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
+    amax = np.abs(a).max(axis=1)  # (out,)
+    live = amax > 0
+    n_shifts = 1 << GROUP_SHIFT_BITS
+    best_err = np.full(out, np.inf)
+    best_scale = np.ones(out)
+    best_shift = np.zeros((out, n_groups), dtype=np.int64)
+    # The row's largest value at code qmax (no clipping) or at qmin (the negative extreme in use), clipped by up to
+    # one binade, then n_shifts - 1 binades finer: the largest group takes the top shift, a smaller one a smaller
+    # shift. A coarser base would only add steps coarser than any group needs, so one binade of bases is all.
+    for extreme, j in [(e, j) for e in (qmax, -qmin) for j in range(_GROUP_BASES_PER_BINADE)]:
+        base = np.where(live, amax, 1.0) / extreme * 2.0 ** (-(n_shifts - 1) - j / _GROUP_BASES_PER_BINADE)  # (out,)
+        errs = np.empty((n_shifts, out, n_groups))
+        for k in range(n_shifts):
+            step = (base * 2.0**k)[:, None, None]
+            q = np.clip(np.rint(blocks / step), qmin, qmax)
+            errs[k] = (((blocks - step * q) ** 2) * imp_blocks).sum(axis=2)
+        shift = errs.argmin(axis=0)  # (out, n_groups): ties go to the smaller shift
+        err = np.take_along_axis(errs, shift[None], axis=0)[0].sum(axis=1)
+        better = err < best_err
+        best_err = np.where(better, err, best_err)
+        best_scale = np.where(better, base, best_scale)
+        best_shift = np.where(better[:, None], shift, best_shift)
+    best_scale = np.where(live, best_scale, 1.0)
+    best_shift = np.where(live[:, None], best_shift, 0)
+    step = best_scale[:, None] * np.exp2(np.repeat(best_shift, group, axis=1)[:, :n_in])
+    codes = np.clip(np.rint(a / step), qmin, qmax).astype(np.int8)
+    qw = QuantizedWeight("int_group", bits, codes, best_scale, best_shift.astype(np.int16), None, 0.0)
+    return dataclasses.replace(qw, error=_relative_error(a, qw.dequantize()))
 
 
 def e2m1_encode(x: np.ndarray) -> np.ndarray:

@@ -70,8 +70,9 @@ def tensor_formats(qm: QModel) -> dict[str, str]:
     int12 out` for q (docs/numerics.md §11, §13)."""
     out = {}
     for name, t in qm.weight_tensors():
-        codes = ("mxfp4 (E2M1) codes, a shared power-of-two exponent per 32 columns and a scale per row"
-                 if t.scheme == "mxfp4" else f"int{t.bits} codes, a scale per row")
+        codes = {"mxfp4": "mxfp4 (E2M1) codes, a shared power-of-two exponent per 32 columns and a scale per row",
+                 "int_group": f"int{t.bits} codes, a power-of-two exponent (0..7) per 32 columns and a scale per row",
+                 "int": f"int{t.bits} codes, a scale per row"}[t.scheme]
         io = f"; int{t.in_bits} in, int{t.out_bits} out" if isinstance(t, QLinear) else "; looked up, int16 out"
         out[name] = codes + io
     return out

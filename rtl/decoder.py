@@ -19,6 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..quant.qmodel import QModel
+from ..quant.quantize import WEIGHT_FORMAT
 from .datapath import ACT_BITS, MAX_LORA_RANK, Datapath, Mode, Source
 from .decoder_engine import build_engine
 from .decoder_epilogue import build_epilogue
@@ -62,8 +63,9 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
         raise ValueError(f"lanes {lanes} must divide the head width {cfg.head_dim}: the attention products read "
                          f"whole heads; accepted lanes for this model: "
                          f"{', '.join(str(1 << k) for k in range(7) if cfg.head_dim % (1 << k) == 0)}")
-    if qm.scheme == "mxfp4" and 32 % lanes:
-        raise ValueError(f"MXFP4 needs lanes dividing its 32-element blocks, got {lanes}")
+    if qm.block_scaled and 32 % lanes:
+        raise ValueError(f"{qm.scheme} ({WEIGHT_FORMAT[qm.scheme]} weights) needs lanes dividing its 32-column blocks, "
+                         f"got {lanes}")
     if qm.lora.rank > MAX_LORA_RANK and qm.lora.sites:
         raise ValueError(f"LoRA rank {qm.lora.rank} is more than the {MAX_LORA_RANK} products the epilogue forms per "
                          f"output row (B t); quantize with a rank of at most {MAX_LORA_RANK}")

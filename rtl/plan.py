@@ -19,6 +19,7 @@ from .mac_array import LATENCY as MAC_LATENCY
 from .rescale import LATENCY as RESCALE_LATENCY
 from .rope import LATENCY as ROPE_LATENCY
 from .skid_buffer import LATENCY as SKID_LATENCY
+from .weight_store import SHIFT_FIELD_BITS
 
 MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
 #                                                                buffer, start and hand-over states
@@ -235,15 +236,15 @@ def weight_formats(qm: QModel) -> dict[tuple[str, int], list[str]]:
 
 def row_code_bits(qm: QModel, plan: HardwarePlan, row: int) -> int:
     """Width of the signed codes row unit `row` multiplies: 8 on the attention rows (int8 K and V, and LoRA A on row
-    0), else the widest decoded weight code (int: its bits; MXFP4: E2M1 x 2 reaches 12, 5 bits)."""
+    0), else the widest decoded weight code (int, int_group: its bits; MXFP4: E2M1 x 2 reaches 12, 5 bits)."""
     if row < plan.attn_rows(qm.config.head_dim):
         return KV_BITS
     return max(5 if scheme == "mxfp4" else bits for scheme, bits in weight_formats(qm))
 
 
 def word_bits(plan: HardwarePlan, code_bits: int, scheme: str) -> int:
-    """A stored weight word: `lanes` codes, plus the 5-bit block shift of an MXFP4 word (rtl/weight_store.py)."""
-    return plan.lanes * code_bits + (5 if scheme == "mxfp4" else 0)
+    """A stored weight word: `lanes` codes, plus the block shift of an MXFP4 or int_group word (rtl/weight_store.py)."""
+    return plan.lanes * code_bits + SHIFT_FIELD_BITS[scheme]
 
 
 def table_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:

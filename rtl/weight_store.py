@@ -1,9 +1,10 @@
 """Weight store: one weight tensor baked in at elaboration time (docs/numerics.md §2, §11).
 
 The tensor is cut into words of `lanes` codes, the unit the MAC array consumes per cycle.
-Codes are stored at their own width (int: `code_bits` two's complement; MXFP4: the 4-bit
-E2M1 encoding) and decoded to signed 8-bit lane values on the way out, so the storage is
-as small as the format allows. MXFP4 words also carry their block's 5-bit shift.
+Codes are stored at their own width (int, int_group: `code_bits` two's complement; MXFP4: the
+4-bit E2M1 encoding) and decoded to signed 8-bit lane values on the way out, so the storage is
+as small as the format allows. MXFP4 words also carry their block's 5-bit shift, int_group
+words their group's 3-bit shift.
 
 Two storages with the same timing (address with `en` high in cycle n, data in cycle n+1,
 held while `en` is low): "rom", a synchronous `Memory` that FPGA tools map to block RAM,
@@ -18,13 +19,16 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..quant.weights import GROUP_SHIFT_BITS, MX_SHIFT_BITS
+
 LANE_BITS = 8  # decoded code width on the outputs: int8 covers every scheme (MXFP4 ×2 values reach ±12)
-SHIFT_BITS = 5  # per-word block shift
+SHIFT_BITS = 5  # per-word block shift on the output port
 MAX_SHIFT = 24  # quant.quantize.MAX_BLOCK_SHIFT: the datapath shifts at most this far
-MX_BLOCK = 32  # MXFP4 block length along the input dimension
+MX_BLOCK = 32  # MXFP4 block and int_group group length along the input dimension
 E2M1_X2 = (0, 1, 2, 3, 4, 6, 8, 12)  # E2M1 magnitude × 2, by 3-bit magnitude index
 STORAGES = ("rom", "logic")
-SCHEMES = ("int", "mxfp4")
+SHIFT_FIELD_BITS = {"int": 0, "int_group": GROUP_SHIFT_BITS, "mxfp4": MX_SHIFT_BITS}  # the shift a stored word carries
+SCHEMES = tuple(SHIFT_FIELD_BITS)
 
 
 def _first_bad(mask: np.ndarray) -> tuple[int, int]:
@@ -91,17 +95,17 @@ class WeightStore(wiring.Component):
         if storage not in STORAGES:
             raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
         if scheme not in SCHEMES:
-            raise ValueError(f"scheme must be 'int' or 'mxfp4', got {scheme!r}")
+            raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
         if isinstance(lanes, bool) or not isinstance(lanes, int | np.integer) or not 1 <= lanes <= 64 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two between 1 and 64, got {lanes!r}")
         lanes = int(lanes)
-        if scheme == "mxfp4" and MX_BLOCK % lanes:
-            raise ValueError(f"lanes must divide 32 for scheme 'mxfp4' (one block shift per word), got {lanes}")
+        if SHIFT_FIELD_BITS[scheme] and MX_BLOCK % lanes:
+            raise ValueError(f"lanes must divide 32 for scheme {scheme!r} (one block shift per word), got {lanes}")
         if isinstance(code_bits, bool) or not isinstance(code_bits, int | np.integer):
             raise ValueError(f"code_bits must be an int, got {code_bits!r}")
         code_bits = int(code_bits)
-        if scheme == "int" and not 2 <= code_bits <= 8:
-            raise ValueError(f"code_bits must be between 2 and 8 for scheme 'int', got {code_bits}")
+        if scheme != "mxfp4" and not 2 <= code_bits <= 8:
+            raise ValueError(f"code_bits must be between 2 and 8 for scheme {scheme!r}, got {code_bits}")
         if scheme == "mxfp4" and code_bits != 4:
             raise ValueError(f"code_bits must be 4 for scheme 'mxfp4', got {code_bits}")
 
@@ -111,7 +115,7 @@ class WeightStore(wiring.Component):
         if q.size == 0:
             raise ValueError(f"codes is empty (shape {q.shape}); a weight store needs at least one row and column")
         q = q.astype(np.int64)
-        if scheme == "int":
+        if scheme != "mxfp4":
             lo, hi = -(1 << (code_bits - 1)), (1 << (code_bits - 1)) - 1
             bad = (q < lo) | (q > hi)
             if bad.any():
@@ -133,23 +137,21 @@ class WeightStore(wiring.Component):
                 raise ValueError(f"block_shift must be an integer array of the shape of codes {q.shape}, got shape "
                                  f"{s.shape} of dtype {s.dtype}")
             s = s.astype(np.int64)
-        bad = (s < 0) | (s > MAX_SHIFT)
+        shift_bits = SHIFT_FIELD_BITS[scheme]  # int words carry no shift: it is always 0
+        top = min(MAX_SHIFT, (1 << shift_bits) - 1)
+        bad = (s < 0) | (s > top)
         if bad.any():
             r, c = _first_bad(bad)
-            raise ValueError(f"block_shift {s[r, c]} at row {r}, column {c} is outside 0..{MAX_SHIFT}")
-        if scheme == "int" and s.any():
-            r, c = _first_bad(s != 0)
-            raise ValueError(f"block_shift must be 0 for scheme 'int', got {s[r, c]} at row {r}, column {c}")
+            raise ValueError(f"block_shift {s[r, c]} at row {r}, column {c} is outside 0..{top} (scheme {scheme!r})")
 
         rows, cols = q.shape
         chunks = -(-cols // lanes)
         self.rows, self.cols, self.chunks, self.words = rows, cols, chunks, rows * chunks
-        shift_bits = SHIFT_BITS if scheme == "mxfp4" else 0  # int words carry no shift: it is always 0
-        self.word_bits = lanes * code_bits + shift_bits  # [lanes * code_bits] codes, lane 0 lowest | [5] shift (mxfp4)
+        self.word_bits = lanes * code_bits + shift_bits  # [lanes * code_bits] codes, lane 0 lowest | [shift_bits] shift
 
         padded = np.zeros((rows, chunks * lanes), dtype=np.int64)
         padded[:, :cols] = q
-        if scheme == "int":
+        if scheme != "mxfp4":
             stored = padded & ((1 << code_bits) - 1)  # two's complement
         else:
             index = np.searchsorted(np.array(E2M1_X2), np.abs(padded))  # magnitude index 0..7 (membership checked)
@@ -199,7 +201,7 @@ class WeightStore(wiring.Component):
         cb = self.code_bits
         for lane in range(self.lanes):
             field = word[lane * cb:(lane + 1) * cb]  # [code_bits]
-            if self.scheme == "int":
+            if self.scheme != "mxfp4":
                 m.d.comb += self.codes[lane].eq(field.as_signed())  # sign-extend to int8
             else:
                 magnitude = Signal(unsigned(4), name=f"magnitude{lane}")  # E2M1 × 2: 0..12
@@ -211,6 +213,6 @@ class WeightStore(wiring.Component):
                     m.d.comb += self.codes[lane].eq(-magnitude)
                 with m.Else():
                     m.d.comb += self.codes[lane].eq(magnitude)
-        if self.scheme == "mxfp4":
+        if SHIFT_FIELD_BITS[self.scheme]:
             m.d.comb += self.shift.eq(word[self.lanes * cb:])
         return m

@@ -77,6 +77,20 @@ def test_gptq_lowers_the_output_error_against_the_hessian(scheme):
         assert rounded.codes.min() >= -top and rounded.codes.max() <= top - 1
 
 
+def test_gptq_act_order_is_natural_order_on_the_permuted_problem():
+    """act_order rounds the largest-diagonal input first: the same as natural order after sorting the columns."""
+    rng = np.random.default_rng(6)
+    w = rng.normal(size=(12, 40))
+    a = rng.normal(size=(500, 40)) @ (rng.normal(size=(40, 40)) * 0.3 + np.eye(40)) * rng.uniform(0.2, 3.0, size=40)
+    h = a.T @ a / a.shape[0]
+    base = quantize_int(w, 3)
+    order = np.argsort(-np.diag(h), kind="stable")
+    assert not np.array_equal(order, np.arange(40))
+    sorted_codes = gptq(w[:, order], h[np.ix_(order, order)], base, act_order=False).codes
+    assert np.array_equal(gptq(w, h, base, act_order=True).codes[:, order], sorted_codes)
+    assert not np.array_equal(gptq(w, h, base, act_order=False).codes, gptq(w, h, base).codes)
+
+
 def test_gptq_on_uncorrelated_inputs_is_round_to_nearest():
     """A diagonal Hessian has nothing to push an error onto: GPTQ's codes are the nearest ones."""
     rng = np.random.default_rng(4)

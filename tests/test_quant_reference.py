@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from random_ir import scheme_options
 
 from hardwire.frontend import float_forward, load
 from hardwire.frontend.ir import Linear
@@ -31,7 +32,7 @@ def ir_of(exported, name):
 
 def qmodel(exported, name, scheme):
     if (name, scheme) not in _QM:
-        _QM[name, scheme] = quantize(ir_of(exported, name), scheme, context=32)
+        _QM[name, scheme] = quantize(ir_of(exported, name), scheme, context=32, **scheme_options(scheme))
     return _QM[name, scheme]
 
 
@@ -122,9 +123,16 @@ def test_a_qmodel_saved_before_norm_out_bits_loads_with_int8_norms(exported, tmp
 
 def test_mixed36_stays_within_its_budget_and_mixes(exported):
     qm = qmodel(exported, "llama-gqa-untied", "mixed36")
-    assert qm.avg_weight_bits <= 4.0
+    assert qm.avg_weight_bits <= scheme_options("mixed36")["avg_bits"]
+    scales = qm.scale_bits  # 21 bits per row and 3 per group of 32 columns, counted in avg_weight_bits
+    assert scales == sum(21 * t.codes.shape[0] + 3 * t.codes.shape[0] * -(-t.codes.shape[1] // 32)
+                         for _, t in qm.weight_tensors())
+    assert qm.avg_weight_bits == (qm.weight_bits + scales) / qm.n_weights
     widths = {t.bits for _, t in qm.weight_tensors()}
     assert widths == {3, 6}
+    with pytest.raises(QuantizationError, match=r"^avg_bits 3\.2 leaves less than 3 bits per weight for the codes: the "
+                       r"scales take \d\.\d{3} bits per weight; accepted: avg_bits >= \d\.\d{3}$"):
+        quantize(ir_of(exported, "llama-gqa-untied"), "mixed36", avg_bits=3.2, context=32)
 
 
 def test_unknown_scheme_and_bad_lora_site(exported):

@@ -16,6 +16,7 @@ from hardwire.quant.weights import (
     e2m1_encode,
     mx_shared_exponent,
     quantize_int,
+    quantize_int_group,
     quantize_mxfp4,
 )
 
@@ -155,7 +156,7 @@ def test_mxfp4_zero_block_and_short_last_block():
     assert (q.block_shift >= 0).all() and q.block_shift.max() < 16
     assert q.row_scale.tolist() == [2.0 ** (int(e) - 1) for e in e_min]
     assert q.code_bits == 3 * 40 * 4
-    assert q.scale_bits == 3 * 16 + 6 * 8
+    assert q.scale_bits == 3 * 21 + 6 * 5  # a 15-bit multiplier and a 6-bit shift per row, a 5-bit shift per block
 
 
 def test_mxfp4_dequantize_exact():
@@ -182,7 +183,7 @@ def test_mxfp4_all_zero_matrix():
     assert q.dequantize().tolist() == np.zeros((2, 32)).tolist()
 
 
-@pytest.mark.parametrize("fn", [quantize_mxfp4, lambda w: quantize_int(w, 4)])
+@pytest.mark.parametrize("fn", [quantize_mxfp4, lambda w: quantize_int(w, 4), lambda w: quantize_int_group(w, 4)])
 def test_non_finite_refused(fn):
     w = np.ones((3, 40))
     w[1, 7] = np.nan
@@ -215,7 +216,7 @@ def test_int_codes_in_range(bits):
     assert q.row_scale.dtype == np.float64 and q.row_scale.shape == (16,)
     assert (q.dequantize() == q.codes * q.row_scale[:, None]).all()
     assert q.code_bits == 16 * 48 * bits
-    assert q.scale_bits == 16 * 16
+    assert q.scale_bits == 16 * 21
 
 
 def test_int_error_decreases_with_bits():
@@ -276,6 +277,59 @@ def test_int_bad_bits_and_importance():
         4,
         np.array([1.0, 1.0, np.nan]),
     )
+
+
+# integer codes with a power-of-two exponent per group of 32 inputs
+
+
+def _group_weights(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Gaussian rows whose groups of 32 differ in scale by up to 2**6, as outlier input blocks do."""
+    rng = np.random.default_rng(seed)
+    scale = np.ldexp(1.0, rng.integers(0, 7, size=(rows, -(-cols // 32))))
+    return rng.normal(size=(rows, cols)) * np.repeat(scale, 32, axis=1)[:, :cols]
+
+
+@pytest.mark.parametrize("bits", [3, 4, 6])
+def test_int_group_codes_shifts_and_dequantize(bits):
+    w = _group_weights(12, 80, bits)  # a short last group of 16
+    q = quantize_int_group(w, bits)
+    assert q.scheme == "int_group" and q.bits == bits and q.block_exponent is None
+    assert q.codes.min() >= -(2 ** (bits - 1)) and q.codes.max() <= 2 ** (bits - 1) - 1
+    assert q.block_shift.shape == (12, 3) and q.block_shift.min() >= 0 and q.block_shift.max() <= 7
+    assert q.block_shift.max() > 0  # the groups' scales are used
+    step = q.row_scale[:, None] * 2.0 ** np.repeat(q.block_shift.astype(np.int64), 32, axis=1)[:, :80]
+    assert np.array_equal(q.dequantize(), q.codes * step)
+    assert q.scale_bits == 12 * 21 + 12 * 3 * 3  # the row rescale, then 3 bits per group
+    assert q.error < quantize_int(w, bits).error  # one scale per row cannot follow the groups
+
+
+def test_int_group_each_shift_is_the_best_for_its_group():
+    """Once the row scale is fixed the groups are independent: no group's error drops with a neighbouring shift."""
+    w = _group_weights(6, 96, 11)
+    importance = np.exp(np.random.default_rng(12).normal(size=96))
+    q = quantize_int_group(w, 3, importance)
+    for r in range(6):
+        for g in range(3):
+            cols = slice(32 * g, 32 * g + 32)
+
+            def group_error(shift: int, r: int = r, cols: slice = cols) -> float:
+                step = q.row_scale[r] * 2.0**shift
+                codes = np.clip(np.rint(w[r, cols] / step), -4, 3)
+                return float(((w[r, cols] - step * codes) ** 2 * importance[cols]).sum())
+
+            chosen = int(q.block_shift[r, g])
+            assert all(group_error(chosen) <= group_error(k) for k in range(8))
+            assert np.array_equal(q.codes[r, cols], np.clip(np.rint(w[r, cols] / (q.row_scale[r] * 2.0**chosen)), -4, 3))
+
+
+def test_int_group_zero_row_and_exact_grid():
+    w = np.zeros((2, 40))
+    w[1, :32] = [3.0, -4.0] * 16  # exactly int3 codes at scale 1
+    w[1, 32:] = [24.0, -32.0, 0.0, 8.0] * 2  # the same codes at scale 2**3
+    q = quantize_int_group(w, 3)
+    assert q.row_scale[0] == 1.0 and not q.codes[0].any() and q.block_shift[0].tolist() == [0, 0]
+    assert q.error == 0.0
+    assert q.block_shift[1, 1] - q.block_shift[1, 0] == 3
 
 
 # the mixed 3/6-bit allocation

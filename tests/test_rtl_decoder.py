@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from random_ir import random_ir
+from random_ir import random_ir, scheme_options
 from rtl_sim import decode, run
 
 from hardwire.quant import blocks
@@ -20,7 +20,7 @@ def _qmodel(family: str, scheme: str):
     if (family, scheme) not in _QM:
         ir = random_ir(family=family, d=16, heads=2, kv_heads=1 if family == "llama" else 2, ffn=24, vocab=20,
                        context=8, layers=1)
-        _QM[family, scheme] = quantize(ir, scheme, context=8)
+        _QM[family, scheme] = quantize(ir, scheme, context=8, **scheme_options(scheme))
     return _QM[family, scheme]
 
 

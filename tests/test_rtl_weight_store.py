@@ -10,7 +10,7 @@ import pytest
 from amaranth.hdl import Fragment
 from rtl_sim import run
 
-from hardwire.quant.weights import quantize_mxfp4
+from hardwire.quant.weights import quantize_int_group, quantize_mxfp4
 from hardwire.rtl.weight_store import WeightStore
 
 
@@ -38,6 +38,19 @@ def mxfp4_weights(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarr
     return codes, shift
 
 
+def int_group_weights(rows: int, cols: int, bits: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, group shift per element) from quantize_int_group on a matrix whose groups span 7 binades."""
+    rng = np.random.default_rng(seed)
+    n_groups = -(-cols // 32)
+    scale = np.ldexp(1.0, rng.integers(0, 8, size=(rows, n_groups)))
+    qw = quantize_int_group(rng.standard_normal((rows, cols)) * np.repeat(scale, 32, axis=1)[:, :cols], bits)
+    shift = np.repeat(qw.block_shift.astype(np.int64), 32, axis=1)[:, :cols]
+    assert shift.max() > 0  # the groups really are shifted
+    codes = qw.codes.astype(np.int64)
+    codes[0, :2] = [-(1 << (bits - 1)), (1 << (bits - 1)) - 1]  # both extremes
+    return codes, shift
+
+
 def expected_words(codes: np.ndarray, shift: np.ndarray | None, lanes: int) -> list[tuple[list[int], int]]:
     """(lane codes, shift) per word address: rows cut into ceil(cols / lanes) zero-padded chunks."""
     rows, cols = codes.shape
@@ -57,6 +70,8 @@ CASES = {
     "int8-lane1": lambda: (_int_codes(2, 5, 8, 4), np.zeros((2, 5), dtype=np.int64), 1, 8, "int"),
     "mxfp4-8": lambda: (*mxfp4_weights(6, 70, 5), 8, 4, "mxfp4"),
     "mxfp4-32": lambda: (*mxfp4_weights(3, 96, 6), 32, 4, "mxfp4"),
+    "int_group4-8": lambda: (*int_group_weights(5, 70, 4, 7), 8, 4, "int_group"),
+    "int_group3-32": lambda: (*int_group_weights(3, 64, 3, 8), 32, 3, "int_group"),
 }
 
 
@@ -64,12 +79,12 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_weight_store_reads_every_word(case, storage):
     codes, shift, lanes, code_bits, scheme = CASES[case]()
-    if scheme == "mxfp4":
+    if scheme != "int":
         assert shift.max() > 0  # the matrix really exercises block shifts
     store = WeightStore(codes, shift, lanes=lanes, code_bits=code_bits, scheme=scheme, storage=storage)
     want = expected_words(codes, shift, lanes)
     assert store.words == len(want) == codes.shape[0] * store.chunks
-    assert store.word_bits == lanes * code_bits + (5 if scheme == "mxfp4" else 0)
+    assert store.word_bits == lanes * code_bits + {"int": 0, "int_group": 3, "mxfp4": 5}[scheme]
     assert store.bits == store.words * store.word_bits
     rng = random.Random(case + storage)
     order = list(range(store.words)) * 2
@@ -133,12 +148,14 @@ def _store(codes=((1, -1),), shift=None, lanes=2, code_bits=3, scheme="int", sto
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(storage="bram"), r"storage must be 'rom' or 'logic', got 'bram'"),
-    (dict(scheme="fp8"), r"scheme must be 'int' or 'mxfp4', got 'fp8'"),
+    (dict(scheme="fp8"), r"scheme must be one of int, int_group, mxfp4, got 'fp8'"),
     (dict(lanes=3), r"lanes must be a power of two between 1 and 64, got 3"),
     (dict(lanes=128), r"lanes must be a power of two between 1 and 64, got 128"),
     (dict(lanes=0), r"lanes must be a power of two between 1 and 64, got 0"),
     (dict(lanes=64, scheme="mxfp4", code_bits=4),
      r"lanes must divide 32 for scheme 'mxfp4' \(one block shift per word\), got 64"),
+    (dict(lanes=64, scheme="int_group", codes=((1, -1),), shift=((7, 7),)),
+     r"lanes must divide 32 for scheme 'int_group' \(one block shift per word\), got 64"),
     (dict(code_bits=1), r"code_bits must be between 2 and 8 for scheme 'int', got 1"),
     (dict(code_bits=9), r"code_bits must be between 2 and 8 for scheme 'int', got 9"),
     (dict(code_bits=8, scheme="mxfp4"), r"code_bits must be 4 for scheme 'mxfp4', got 8"),
@@ -154,9 +171,12 @@ def _store(codes=((1, -1),), shift=None, lanes=2, code_bits=3, scheme="int", sto
      r"code 16 at row 0, column 0 is not an MXFP4 value ×2 \(0, ±1, ±2, ±3, ±4, ±6, ±8, ±12\)"),
     (dict(shift=((0, 0, 0),)),
      r"block_shift must be an integer array of the shape of codes \(1, 2\), got shape \(1, 3\) of dtype int64"),
-    (dict(shift=((0, 25),), scheme="mxfp4", code_bits=4), r"block_shift 25 at row 0, column 1 is outside 0\.\.24"),
-    (dict(shift=((-1, 0),), scheme="mxfp4", code_bits=4), r"block_shift -1 at row 0, column 0 is outside 0\.\.24"),
-    (dict(shift=((0, 2),)), r"block_shift must be 0 for scheme 'int', got 2 at row 0, column 1"),
+    (dict(shift=((0, 25),), scheme="mxfp4", code_bits=4),
+     r"block_shift 25 at row 0, column 1 is outside 0\.\.24 \(scheme 'mxfp4'\)"),
+    (dict(shift=((-1, 0),), scheme="mxfp4", code_bits=4),
+     r"block_shift -1 at row 0, column 0 is outside 0\.\.24 \(scheme 'mxfp4'\)"),
+    (dict(shift=((8, 8),), scheme="int_group"), r"block_shift 8 at row 0, column 0 is outside 0\.\.7 \(scheme 'int_group'\)"),
+    (dict(shift=((0, 2),)), r"block_shift 2 at row 0, column 1 is outside 0\.\.0 \(scheme 'int'\)"),
     (dict(codes=((1, 2, 3, 4), (1, 2, 3, 4)), shift=((3, 3, 3, 3), (5, 6, 6, 6)), scheme="mxfp4", code_bits=4),
      r"block_shift differs inside word 2 \(row 1, columns 0\.\.1\): 5 at column 0 but 6 at column 1; "
      r"a word needs one shift"),

@@ -19,7 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
-from random_ir import random_ir
+from random_ir import random_ir, scheme_options
 
 from hardwire.cli import main
 from hardwire.frontend import load
@@ -47,7 +47,7 @@ def test_hf_llama_gqa_token_exact(exported, tmp_path, scheme, storage):
     """Each scheme once and each storage at least once: mixed36 (int3 and int6 tensors, two word formats) as logic."""
     ir = _hf_ir(exported, "llama-gqa-untied")
     assert ir.config.n_kv_heads < ir.config.n_heads  # grouped-query attention
-    qm = quantize(ir, scheme, context=16)
+    qm = quantize(ir, scheme, context=16, **scheme_options(scheme))
     compile_to(qm, tmp_path, lanes=8, storage=storage, progress=False)
     result = simulate(tmp_path, [5, 61, 2], 8, seed=1, idle=0.2, stall=0.3, optimise=False, progress=False)
     assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
@@ -243,7 +243,7 @@ def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, scheme, ro
     from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
     ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24)
-    qm = quantize(ir, scheme, context=24)
+    qm = quantize(ir, scheme, context=24, **scheme_options(scheme))
     compile_to(qm, tmp_path, rows=rows, lanes=lanes, storage="rom", progress=False, **options)
     result = simulate(tmp_path, [3, 9, 27], 14, seed=5, idle=0.0, stall=0.0, optimise=False, progress=False)
     assert result.match
