@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "tinyshakespeare.onnx"
+DEFAULT_BAUD = 115200  # the boards' UART rate unless --baud says otherwise
+FPGA_ONLY_OPTIONS = ("--board", "--clock-mhz", "--baud")  # `hardwire build` options that only a board uses
 
 
 def _print_ir(ir) -> None:
@@ -134,9 +136,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.target == "asic":
         from .boards.asic import build_asic
 
-        if args.board is not None or args.clock_mhz is not None:
-            print("hardwire: error: --board and --clock-mhz are for --target fpga; --target asic takes neither",
-                  file=sys.stderr)
+        given = [flag for flag, value in (("--board", args.board), ("--clock-mhz", args.clock_mhz),
+                                          ("--baud", args.baud)) if value is not None]
+        if given:
+            print(f"hardwire: error: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --target fpga; "
+                  f"--target asic takes none of {', '.join(FPGA_ONLY_OPTIONS)}", file=sys.stderr)
             return 2
         try:
             build_asic(args.build)
@@ -150,7 +154,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print("hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)", file=sys.stderr)
         return 2
     try:
-        build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud)
+        build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud or DEFAULT_BAUD)
     except RuntimeError as err:  # a tool failed: its message and log tail say why
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 1
@@ -289,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="clock from a PLL in MHz (default: the board's oscillator, 25 MHz ULX3S, 12 MHz "
                             "iCEBreaker), or auto: build at the oscillator, then once more with the PLL just below "
                             "the Fmax achieved when that is clearly faster")
-    build.add_argument("--baud", type=int, default=115200, help="UART baud rate (default 115200)")
+    # None when not given: --target asic refuses board-only options instead of ignoring them
+    build.add_argument("--baud", type=int, default=None, help=f"UART baud rate (FPGA target; default {DEFAULT_BAUD})")
     build.set_defaults(func=cmd_build)
 
     flash_p = sub.add_parser("flash", help="load a built bitstream onto the board with openFPGALoader",
