@@ -79,7 +79,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
     print(report.summary())
-    print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
+    print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json (and timings.json)")
     return 0
 
 

@@ -165,3 +165,31 @@ def test_fit_counts_the_epilogue_lanes():
     assert [balanced_epilogue(qm, rows, 8) for rows in (4, 8, 16, 32, 64)] == [1, 2, 4, 8, 8]
     offered = {(p.rows, p.lanes, p.epilogue_lanes) for p in candidate_plans(qm, "rom")}
     assert {(8, 8, 1), (8, 8, 2)} <= offered and (8, 8, 4) not in offered
+
+
+def test_compile_is_reproducible_across_processes(exported, tmp_path):
+    """Two `hardwire compile` processes with different hash seeds (set and dict-of-str orders differ between them)
+    and different output folders give byte-identical Verilog, QModel and report; seconds go to timings.json."""
+    import os
+    import subprocess
+    import sys
+
+    _, path = exported("example-dynamo")
+    runs = {}
+    for seed in ("1", "2"):  # both at once: the test costs one compile's time on two cores
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        runs[seed] = subprocess.Popen([sys.executable, "-m", "hardwire.cli", "compile", str(path), "--quant", "int8",
+                                       "--lanes", "4", "-o", str(tmp_path / f"seed{seed}")], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for seed, proc in runs.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"PYTHONHASHSEED={seed}: {err[-2000:]}"
+    one, two = tmp_path / "seed1", tmp_path / "seed2"
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in two.iterdir()) == ["decoder.v", "qmodel.json", "qmodel.npz", "report.json",
+                                                              "timings.json"]
+    for name in names:
+        if name != "timings.json":
+            assert (one / name).read_bytes() == (two / name).read_bytes(), f"{name} differs between the two runs"
+    assert "seconds" not in (one / "report.json").read_text()
+    assert set(json.loads((one / "timings.json").read_text())) == {"verilog_seconds"}
