@@ -200,7 +200,9 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
     from .boards.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
 
-    # Ctrl-C stops it even when started with SIGINT ignored (Python then installs no handler of its own)
+    # Ctrl-C stops it even when started with SIGINT ignored, as a non-interactive shell starts background jobs
+    # (`make test &`): Python then installs no handler of its own. Installed before the port is printed, so a
+    # SIGINT that follows the port line is never lost (tests/test_boards_chat.py starts it with SIGINT ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     qm, plan = load_build(args.build)
