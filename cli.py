@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 BUNDLED_MODEL = Path(__file__).resolve().parent / "models" / "tinyshakespeare.onnx"
+DEFAULT_BAUD = 115200  # the boards' UART rate unless --baud says otherwise
+FPGA_ONLY_OPTIONS = ("--board", "--clock-mhz", "--baud")  # `hardwire build` options that only a board uses
 
 
 def _print_ir(ir) -> None:
@@ -77,7 +79,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
     print(report.summary())
-    print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json")
+    print(f"wrote {args.out}/decoder.v, qmodel.npz, qmodel.json, report.json (and timings.json)")
     return 0
 
 
@@ -134,9 +136,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.target == "asic":
         from .boards.asic import build_asic
 
-        if args.board is not None or args.clock_mhz is not None:
-            print("hardwire: error: --board and --clock-mhz are for --target fpga; --target asic takes neither",
-                  file=sys.stderr)
+        given = [flag for flag, value in (("--board", args.board), ("--clock-mhz", args.clock_mhz),
+                                          ("--baud", args.baud)) if value is not None]
+        if given:
+            print(f"hardwire: error: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --target fpga; "
+                  f"--target asic takes none of {', '.join(FPGA_ONLY_OPTIONS)}", file=sys.stderr)
             return 2
         try:
             build_asic(args.build)
@@ -150,7 +154,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print("hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)", file=sys.stderr)
         return 2
     try:
-        build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud)
+        build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud or DEFAULT_BAUD)
     except RuntimeError as err:  # a tool failed: its message and log tail say why
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 1
@@ -196,7 +200,9 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
     from .boards.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
 
-    # Ctrl-C stops it even when started with SIGINT ignored (Python then installs no handler of its own)
+    # Ctrl-C stops it even when started with SIGINT ignored, as a non-interactive shell starts background jobs
+    # (`make test &`): Python then installs no handler of its own. Installed before the port is printed, so a
+    # SIGINT that follows the port line is never lost (tests/test_boards_chat.py starts it with SIGINT ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     qm, plan = load_build(args.build)
@@ -289,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="clock from a PLL in MHz (default: the board's oscillator, 25 MHz ULX3S, 12 MHz "
                             "iCEBreaker), or auto: build at the oscillator, then once more with the PLL just below "
                             "the Fmax achieved when that is clearly faster")
-    build.add_argument("--baud", type=int, default=115200, help="UART baud rate (default 115200)")
+    # None when not given: --target asic refuses board-only options instead of ignoring them
+    build.add_argument("--baud", type=int, default=None, help=f"UART baud rate (FPGA target; default {DEFAULT_BAUD})")
     build.set_defaults(func=cmd_build)
 
     flash_p = sub.add_parser("flash", help="load a built bitstream onto the board with openFPGALoader",

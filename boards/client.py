@@ -21,6 +21,9 @@ from .protocol import Error, Hello, Reply, Response, Status
 if TYPE_CHECKING:
     import serial
 
+    from ..quant.qmodel import QModel
+    from ..quant.reference import LoraSet
+
 MAX_GENERATE = (1 << 16) - 1  # tokens per GENERATE frame (u16 N)
 
 ADVICE = {  # what the host should do after each ERROR code
@@ -193,8 +196,16 @@ class DeviceClient:
             self._expect(Reply.ACK, f"GENERATE {k}", self.timeout + self.token_timeout)
             n -= k
 
+    def load_lora(self, qm: QModel, adapters: LoraSet) -> None:
+        """Load adapters into the board's LoRA SRAM: checked against the build's slots, shapes and ranges (rtl/lora_map.py
+        `lora_writes`, for the lanes the board reports in HELLO) before a byte is sent. The way to load adapters."""
+        from ..rtl.lora_map import lora_writes
+
+        self.write_lora(lora_writes(qm, self.hello().lanes, adapters))
+
     def write_lora(self, writes: list[tuple[int, int]]) -> None:
-        """LoRA (address, word) writes (rtl/lora_map.py `lora_writes`), consecutive runs per frame."""
+        """Raw LoRA (address, word) writes, consecutive runs per frame. The board stores any word, so nothing here
+        checks them (a shift register written 0 makes the chip's rescale add 2**63): load adapters with `load_lora`."""
         for chunk in protocol.lora(writes):
             self._send(chunk)
             self._expect(Reply.ACK, "LORA")

@@ -17,7 +17,7 @@ from .errors import ModelImportError
 from .float_model import float_forward
 from .graph import GraphView
 from .ir import Layer, Linear, ModelConfig, ModelIR, Norm
-from .onnx_file import read_onnx
+from .onnx_file import check_finite, largest_weight, read_onnx
 from .ops import SUPPORTED_OPS, check_ops
 from .proof import Proof, prove
 from .recover import recover
@@ -73,6 +73,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> ModelIR:
     where = str(path)
     model = read_onnx(path)  # checked bytes, external data only from the model's folder
     proto = model.proto
+    check_finite(proto, where)  # a NaN or infinite weight, named, before anything runs the graph
     name, dtype, fixed = _token_input(proto.graph, where)  # one (batch, seq) token input
     check_ops(proto.graph, where)  # every op in the registry
     probe_len = fixed or PROBE_LENGTH
@@ -93,6 +94,11 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> ModelIR:
     longest = min(filter(None, (fixed, ir.config.context, 32)))
     lengths = (fixed,) if fixed else tuple(sorted({min(2, longest), min(7, longest), longest}))
     proof = prove(ir, proto, name, dtype, lengths)  # the IR's float forward against onnxruntime
+    if proof.non_finite is not None:  # the weights are finite (checked above): their size overflows float32
+        what, peak = largest_weight(proto)
+        raise ModelImportError(f"{where}: {proof.vacuous}; the largest weight is {what} (max |w| = {peak:.3g})")
+    if proof.vacuous is not None:
+        raise ModelImportError(f"{where}: {proof.vacuous}")
     if not proof.passed:
         raise ModelImportError(f"{where}: the recovered model does not reproduce onnxruntime's logits: "
                                f"{proof.summary()}")

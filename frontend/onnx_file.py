@@ -145,3 +145,46 @@ def read_onnx(path: str | os.PathLike[str]) -> OnnxModel:
 def initializer_arrays(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
     """name -> array of every (already inlined and checked) initializer."""
     return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+_FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def _float_tensors(proto: onnx.ModelProto) -> list[tuple[str, TensorProto]]:
+    """(description, tensor) of every floating-point initializer and Constant node value."""
+    found = [(f"initializer '{t.name}'", t) for t in proto.graph.initializer if t.data_type in _FLOAT_TYPES]
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in _FLOAT_TYPES:
+                found.append((f"the constant of node '{node.name}'", attr.t))
+    return found
+
+
+def check_finite(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse a NaN or infinite weight by name: such a model decodes garbage, and NaN logits compare as equal.
+
+    A NaN is refused in any tensor. An infinity is refused in a weight, i.e. an initializer of more than one
+    element: exporters write -inf as a causal mask's fill value (TorchScript as a Constant node), which is
+    no weight and is never multiplied.
+    """
+    for what, tensor in _float_tensors(proto):
+        values = numpy_helper.to_array(tensor)
+        weight = what.startswith("initializer") and values.size > 1
+        bad = ~np.isfinite(values) if weight else np.isnan(values)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            nans, infs = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+            raise ModelImportError(f"{where}: {what} holds {nans} NaN and {infs} infinite values (the first at "
+                                   f"index {list(first)}, shape {list(values.shape)}); every weight must be a "
+                                   "finite number: re-export from finite parameters")
+
+
+def largest_weight(proto: onnx.ModelProto) -> tuple[str, float]:
+    """(description, max |value|) of the floating-point tensor with the largest magnitude; scalars are left out
+    (exporters write float32's largest value as a mask fill, which is no weight)."""
+    best = ("no floating-point tensor", 0.0)
+    for what, tensor in _float_tensors(proto):
+        values = numpy_helper.to_array(tensor)
+        if values.size > 1 and (peak := float(np.abs(values.astype(np.float64)).max())) > best[1]:
+            best = (what, peak)
+    return best

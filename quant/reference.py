@@ -21,6 +21,9 @@ class DecodeError(Exception):
     """A condition the hardware flags instead of decoding: full context, token out of range."""
 
 
+LORA_MAX_SHIFT = 63  # a_shift / b_shift registers are 6 bits (rtl/lora_map.py); quantize_lora makes at most 62
+
+
 @dataclass(frozen=True)
 class LoraAdapter:
     """One adapter in the chip's SRAM (docs/numerics.md §9): out += B (A a) at a fixed-point scale."""
@@ -31,6 +34,16 @@ class LoraAdapter:
     a_shift: int
     b_mult: int  # B t (int32) -> the projection's output units
     b_shift: int
+
+    def __post_init__(self) -> None:
+        """Refuse a shift the chip cannot take wherever an adapter is made (quantize_lora, lora_writes' callers, the
+        emulator, tests, scripts): the rescale adds 2**(shift - 1) before shifting, so a shift of 0 adds 2**63 on the
+        chip's A path (and fails in round_shift here); the registers hold 6 bits, so 1 to 63 is what works."""
+        for name in ("a_shift", "b_shift"):
+            value = getattr(self, name)
+            if not 1 <= value <= LORA_MAX_SHIFT:
+                raise ValueError(f"LoRA {name} must be between 1 and {LORA_MAX_SHIFT}, got {value} (the rescale adds "
+                                 "2**(shift - 1): a shift of 0 would add 2**63 on the chip)")
 
 
 LoraSet = dict[tuple[int, str], LoraAdapter]  # (layer, projection) -> adapter

@@ -81,7 +81,11 @@ def tensor_formats(qm: QModel) -> dict[str, str]:
 def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1, attention_rows: int | None = None,
                softmax_lanes: int = 1, dsp_rows: int | None = None, epilogue_lanes: int = 1, position: int | None = None,
                progress: bool = True, vocab: tuple[str, ...] | None = None) -> BuildReport:
-    """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report."""
+    """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report.
+
+    Those files depend only on the model and the options: two runs give the same bytes (whatever the process's
+    PYTHONHASHSEED, folder or time). What was measured (seconds) goes to out/timings.json instead.
+    """
     out.mkdir(parents=True, exist_ok=True)
     decoder = Decoder(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
                       softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
@@ -109,6 +113,8 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
         latency_floor_cycles=latency_floor_cycles(qm, plan, position),
         kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
         verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm))
-    fields = {k: v for k, v in report.__dict__.items() if k != "verilog_seconds"}  # byte-identical reruns
+    measured = {"verilog_seconds"}  # differs between identical runs: kept out of report.json
+    fields = {k: v for k, v in report.__dict__.items() if k not in measured}
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")
+    (out / "timings.json").write_text(json.dumps({k: report.__dict__[k] for k in sorted(measured)}, indent=1) + "\n")
     return report

@@ -99,9 +99,7 @@ def lora_writes(qm: QModel, lanes: int, adapters: dict[tuple[int, str], LoraAdap
         for name in ("a_mult", "b_mult"):
             if not 0 <= getattr(adapter, name) < 1 << 15:
                 raise ValueError(f"LoRA {name} for layers.{slot.layer}.{slot.site} must fit 15 unsigned bits")
-        for name in ("a_shift", "b_shift"):
-            if not 1 <= getattr(adapter, name) <= 62:
-                raise ValueError(f"LoRA {name} for layers.{slot.layer}.{slot.site} must be between 1 and 62")
+        # a_shift / b_shift: between 1 and 63 by construction (LoraAdapter refuses 0, which adds 2**63 on the chip)
         for j, rowv in enumerate(a.tolist()):
             writes += [(slot.a_base + j * slot.a_stride + k, int(v) & 0xFFFF) for k, v in enumerate(rowv)]
         for o, rowv in enumerate(b.tolist()):

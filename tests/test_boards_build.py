@@ -249,8 +249,16 @@ def test_build_refuses_bad_clock_and_option_mixes(tmp_path: Path, capsys: pytest
     assert capsys.readouterr().err == "hardwire: error: clock_mhz must be positive, got -5.0\n"
     assert not (folder / "board_ulx3s").exists()
     assert main(["build", str(folder), "--target", "asic", "--board", "ulx3s"]) == 2
-    assert capsys.readouterr().err == ("hardwire: error: --board and --clock-mhz are for --target fpga; --target asic "
-                                       "takes neither\n")
+    assert capsys.readouterr().err == ("hardwire: error: --board is for --target fpga; --target asic takes none of "
+                                       "--board, --clock-mhz, --baud\n")
+    # --baud has a default for boards, but given with --target asic it is refused, not ignored
+    assert main(["build", str(folder), "--target", "asic", "--baud", "9600"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: --baud is for --target fpga; --target asic takes none of "
+                                       "--board, --clock-mhz, --baud\n")
+    assert main(["build", str(folder), "--target", "asic", "--clock-mhz", "30", "--baud", "115200"]) == 2
+    assert capsys.readouterr().err == ("hardwire: error: --clock-mhz, --baud are for --target fpga; --target asic "
+                                       "takes none of --board, --clock-mhz, --baud\n")
+    assert not (folder / "build_asic.json").exists()
 
 
 def _tool_lines(tool: str, *args: str) -> str:

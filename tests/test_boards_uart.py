@@ -11,7 +11,6 @@ from rtl_sim import run
 
 from hardwire.boards.core import clocks_per_bit
 from hardwire.boards.uart import UartRx, UartTx
-from hardwire.sim.tools import verilator_env
 
 
 def _loopback(divisor: int) -> tuple[Module, UartTx, UartRx]:
@@ -184,7 +183,7 @@ def _board_qm():
     return quantize(ir, "int8", context=16)
 
 
-@pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
+@pytest.mark.verilator
 def test_board_verilog_lints(tmp_path):
     from hardwire.boards.core import BoardCore
     from hardwire.boards.sim_board import TOP_NAME, write_board_verilog
@@ -195,7 +194,7 @@ def test_board_verilog_lints(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
 
 
-@pytest.mark.skipif(verilator_env() is None, reason="the verilator package is not installed")
+@pytest.mark.verilator
 def test_board_uart_cocotb(tmp_path):
     from hardwire.boards.sim_board import simulate_board
     from hardwire.quant.reference import ReferenceDecoder

@@ -144,3 +144,57 @@ def test_initializer_smaller_than_declared(exported, tmp_path):
     bad = tmp_path / "short.onnx"
     onnx.save(proto, bad)
     _raises(bad, f"{bad}: initializer 'short' declares shape [100] (400 bytes) but holds 16 bytes")
+
+
+def _with_weight(exported, tmp_path, name: str, change) -> tuple[object, str]:
+    """The example model with initializer `name` changed by `change(array) -> array`; -> (path, its name)."""
+    _, path = exported("example-dynamo")
+    proto = onnx.load(path)
+    tensor = next(t for t in proto.graph.initializer if t.name == name)
+    tensor.CopyFrom(onnx.numpy_helper.from_array(change(onnx.numpy_helper.to_array(tensor).copy()), name))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(proto, bad)
+    return bad, name
+
+
+HEAD = "val_195"  # the example model's (32, 40) output projection (its dynamo export names it so)
+
+
+def _set(index: tuple[int, ...], value: float):
+    def change(array: np.ndarray) -> np.ndarray:
+        array[index] = value
+        return array
+    return change
+
+
+def test_nan_weight_is_refused_by_name(exported, tmp_path):
+    """One NaN makes every logit NaN, and NaN compared with NaN is no difference: the proof passed it."""
+    bad, name = _with_weight(exported, tmp_path, HEAD, _set((3, 5), np.nan))
+    _raises(bad, f"{bad}: initializer '{name}' holds 1 NaN and 0 infinite values (the first at index [3, 5], "
+                 "shape [32, 40]); every weight must be a finite number: re-export from finite parameters")
+
+
+def test_infinite_weight_is_refused_by_name(exported, tmp_path):
+    bad, name = _with_weight(exported, tmp_path, HEAD, _set((0, 7), -np.inf))
+    _raises(bad, f"{bad}: initializer '{name}' holds 0 NaN and 1 infinite values (the first at index [0, 7], "
+                 "shape [32, 40]); every weight must be a finite number: re-export from finite parameters")
+
+
+def test_weights_that_overflow_the_float_forward_are_refused(exported, tmp_path):
+    """Finite weights whose products leave float32: the logits are infinite, and the message names the culprit."""
+    bad, name = _with_weight(exported, tmp_path, HEAD, lambda w: (w / np.abs(w).max() * 3e38).astype(np.float32))
+    with pytest.raises(ModelImportError) as info:
+        load(bad)
+    message = str(info.value)
+    assert message.startswith(f"{bad}: the float forward does not stay finite: onnxruntime gives ")
+    assert "logits as NaN or infinite at length 2, although every weight is finite; the weights are too large " \
+           "for float32 arithmetic" in message
+    assert re.search(rf"; the largest weight is initializer '{name}' \(max \|w\| = [0-9.e+]+\)$", message), message
+
+
+def test_constant_logits_are_no_proof(exported, tmp_path):
+    """A zero head gives zero logits for every input; any reading of the graph would have matched them."""
+    bad, _ = _with_weight(exported, tmp_path, HEAD, np.zeros_like)
+    _raises(bad, f"{bad}: the logits are constant (0 in magnitude, varying by 0 over 3 random sequences of lengths "
+                 "[2, 7, 32]): a proof against a constant is no proof, and the model predicts nothing; import a "
+                 "model whose logits depend on its input")

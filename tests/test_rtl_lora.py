@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -102,9 +103,18 @@ def test_lora_writes_rejects_bad_adapters():
     wide = LoraAdapter(a=good.a * 0 + 200, b=good.b, a_mult=1, a_shift=1, b_mult=1, b_shift=1)
     with pytest.raises(ValueError, match=r"must hold int8 codes"):
         lora_writes(qm, 4, {(0, "q"): wide})
-    zero_shift = LoraAdapter(a=good.a, b=good.b, a_mult=1, a_shift=0, b_mult=1, b_shift=1)
-    with pytest.raises(ValueError, match=r"a_shift .* between 1 and 62"):
-        lora_writes(qm, 4, {(0, "q"): zero_shift})
+
+
+
+@pytest.mark.parametrize("field,value", [("a_shift", 0), ("b_shift", 0), ("a_shift", 64), ("b_shift", -1)])
+def test_an_adapter_with_a_shift_the_chip_cannot_take_is_refused(field, value):
+    """A shift of 0 made the chip's rescale add 2**63 (and the reference fail deep in round_shift): refused where
+    any adapter is made, so neither lora_writes, the emulator nor the reference ever sees one."""
+    qm = _qmodel("llama")
+    good = random_adapters(qm, 5)[0, "q"]
+    with pytest.raises(ValueError, match=rf"^LoRA {field} must be between 1 and 63, got {value} \(the rescale adds "
+                                         r"2\*\*\(shift - 1\): a shift of 0 would add 2\*\*63 on the chip\)$"):
+        dataclasses.replace(good, **{field: value})
 
 
 def test_decoder_rejects_a_rank_it_cannot_multiply():
