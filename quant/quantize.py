@@ -93,7 +93,7 @@ def _quantize(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibration
     scaled = w.astype(np.float64) * s[None, :]
     importance = None if site is None else cal.mean_sq[site] / s**2
     if scheme == "mxfp4":
-        base = quantize_mxfp4(scaled)
+        base = quantize_mxfp4(scaled, importance)
     elif scheme == "int_group":
         base = quantize_int_group(scaled, bits, importance)
     else:

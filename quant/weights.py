@@ -236,8 +236,14 @@ def mx_shared_exponent(amax: float) -> int:
     return min(max(e - 3, _E8M0_MIN), _E8M0_MAX)
 
 
-def quantize_mxfp4(w: np.ndarray) -> QuantizedWeight:
-    """OCP MXFP4: blocks of 32 inputs share an E8M0 exponent, elements are E2M1 (the last block may be short)."""
+def quantize_mxfp4(w: np.ndarray, importance: np.ndarray | None = None) -> QuantizedWeight:
+    """OCP MXFP4: blocks of 32 inputs share an E8M0 exponent, elements are E2M1 (the last block may be short).
+
+    Without importance the exponent is the OCP recipe's, floor(log2 amax) - 2, which saturates a block whose
+    largest value lies above 6 * 2**E. With importance (in,), each block also tries one binade up (no
+    saturation, a coarser grid) and keeps the exponent with the smaller importance-weighted error (ties: the
+    recipe's): both are valid MXFP4, the format leaves the choice of exponent to the encoder.
+    """
     a = _check_weight(w)
     out, n_in = a.shape
     block = QuantizedWeight.BLOCK
@@ -246,6 +252,16 @@ def quantize_mxfp4(w: np.ndarray) -> QuantizedWeight:
     padded[:, :n_in] = a
     blocks = padded.reshape(out, n_blocks, block)  # (out, n_blocks, 32); padding zeros never raise amax
     exp = _shared_exponents(np.abs(blocks).max(axis=2))  # (out, n_blocks)
+    if importance is not None:
+        _, _, imp = _check_bits_and_importance(a, 4, importance)
+        imp_blocks = np.pad(imp, (0, n_blocks * block - n_in)).reshape(n_blocks, block)
+
+        def block_error(e: np.ndarray) -> np.ndarray:
+            scaled = np.ldexp(blocks, -e[:, :, None])
+            return ((np.ldexp(e2m1_decode(e2m1_encode(scaled)), e[:, :, None]) - blocks) ** 2 * imp_blocks).sum(axis=2)
+
+        up = np.minimum(exp + 1, _E8M0_MAX)
+        exp = np.where(block_error(up) < block_error(exp), up, exp)
     enc = e2m1_encode(np.ldexp(blocks, -exp[:, :, None]))  # exact division by 2**E
     codes = np.where(enc & 8, -1, 1).astype(np.int8) * _E2M1_X2[enc & 7]  # (out, n_blocks, 32), value × 2
     codes = codes.reshape(out, n_blocks * block)[:, :n_in].astype(np.int8)

@@ -175,6 +175,27 @@ def test_mxfp4_dequantize_exact():
     assert 0 < q.error < 0.2
 
 
+def test_mxfp4_importance_chooses_between_the_recipe_and_one_binade_up():
+    """A block whose maximum saturates at 6 * 2**E keeps the recipe's exponent when the column that saturates does not
+    matter, and goes one binade up when it does; both are valid MXFP4 (same codes set, E8M0 exponents)."""
+    w = np.zeros((1, 32))
+    w[0, 0] = 7.9  # E = floor(log2 7.9) - 2 = 0: 7.9 saturates to 6 (error 1.9), one binade up codes it as 8
+    w[0, 1:] = np.linspace(0.3, 1.2, 31)  # fine values: at E = 1 the grid step near them doubles
+    recipe = quantize_mxfp4(w)
+    assert recipe.block_exponent.tolist() == [[0]]
+    low = np.ones(32)
+    low[0] = 1e-6
+    assert quantize_mxfp4(w, low).block_exponent.tolist() == [[0]]
+    high = np.ones(32)
+    high[0] = 1e3
+    chosen = quantize_mxfp4(w, high)
+    assert chosen.block_exponent.tolist() == [[1]]
+    assert set(np.abs(chosen.codes).ravel().tolist()) <= {0, 1, 2, 3, 4, 6, 8, 12}
+    assert chosen.dequantize()[0, 0] == 8.0
+    weighted = [float(((w - q.dequantize()) ** 2 * high).sum()) for q in (recipe, chosen)]
+    assert weighted[1] < weighted[0]
+
+
 def test_mxfp4_all_zero_matrix():
     q = quantize_mxfp4(np.zeros((2, 32)))
     assert q.error == 0.0
