@@ -74,7 +74,7 @@ def test_fake_quantised_model_tracks_the_integer_decoder(family):
 
 
 def test_rounded_weights_are_the_stored_codes():
-    """rounded_weights unfolds exactly the codes quantize stores: w * s_in = codes * row_scale."""
+    """rounded_weights unfolds exactly the codes quantize stores: w * s_in = (codes << group shift) * row_scale."""
     ir = random_ir(context=16)
     folded = fold_norms(ir)
     calib = self_generated(folded, sequences=4, length=16)
@@ -84,8 +84,10 @@ def test_rounded_weights_are_the_stored_codes():
     steps = np.asarray(qm.steps["layers.1.down"][0])
     w = rounded.layers[1].down.weight.astype(np.float64) * steps[None, :]
     lin = qm.layers[1].down
-    codes = lin.codes.numpy() if isinstance(lin.codes, torch.Tensor) else np.asarray(lin.codes)
-    ratio = w / np.where(codes == 0, np.nan, codes)
+    codes = lin.codes.numpy()
+    lanes = lin.weight.numpy()  # codes << the group's shift (int4 is int_group)
+    assert lin.scheme == "int_group" and lin.block_shift.numpy().max() > 0
+    ratio = w / np.where(lanes == 0, np.nan, lanes)
     row_scale = np.nanmedian(ratio, axis=1)
-    assert np.allclose(w, codes * row_scale[:, None], rtol=1e-5, atol=1e-7)
+    assert np.allclose(w, lanes * row_scale[:, None], rtol=1e-5, atol=1e-7)
     assert codes.min() >= -8 and codes.max() <= 7
