@@ -21,6 +21,7 @@ from .ir import Activation, Layer, Linear, ModelConfig, ModelIR, Norm
 
 _ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Gelu", "Relu"}
 _LAYOUT_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}
+MASK_LENGTH = 2048  # where a RoPE graph states no context, attention masks are read at this length
 _MASK_FLOOR = -1e30  # an additive mask entry at or below this removes the key (exporters write float32's minimum)
 
 
@@ -187,9 +188,8 @@ class _Recovery:
             q = parts["q"]
             parts["q"] = Linear(_f32(q.weight.astype(np.float64) * factor),
                                 None if q.bias is None else _f32(q.bias.astype(np.float64) * factor))
-        window = self.window(score_mm, softmax)
         return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, rotary_dims=rotary_dims, o=o,
-                    normed=first_in, score_scale=scale, window=window, **parts)
+                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax, **parts)
 
     def split_rows(self, out: str, split: onnx.NodeProto) -> list[np.ndarray]:
         """The projection rows of each piece of SPLIT, found by carrying each element's index (token * rows + row)
@@ -229,26 +229,39 @@ class _Recovery:
             scale *= 1 / value if node.op_type == "Div" and node.input[1] == static[0] else value
         return scale
 
-    def window(self, score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> int | None:
-        """The attention window read from the masks between the scores and the softmax: None when every query
-        sees all earlier keys (causal), w when it sees the last w (itself included)."""
+    def mask(self, score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> list[tuple[str, str, bool]]:
+        """The masks between the scores and the softmax: (op, constant's name, whether the scores are Where's X)."""
         view = self.view
-        t = view.shape(softmax.input[0])[-1]
-        allowed = np.ones((t, t), dtype=bool)
+        found = []
         for node in view.nodes_between({score_mm.output[0]}, softmax.input[0]):
             static = [i for i in view.static_inputs(node) if view.value(i).size > 1]
             if node.op_type == "Add" and static:
-                allowed &= np.broadcast_to(view.value(static[0]), view.shape(node.output[0])).reshape(-1, t, t)[0] \
-                    > _MASK_FLOOR
+                found.append(("Add", static[0], True))
             elif node.op_type == "Where" and node.input[0] in static:
-                cond = np.broadcast_to(view.value(node.input[0]), view.shape(node.output[0])).reshape(-1, t, t)[0]
-                allowed &= cond if node.input[1] in view.dynamic else ~cond
+                found.append(("Where", node.input[0], node.input[1] in view.dynamic))
+        return found
+
+    def window(self, masks: list[tuple[str, str, bool]], values: dict[str, np.ndarray], t: int,
+               softmax: onnx.NodeProto) -> int | None:
+        """The attention window the masks (their VALUES at length T) leave: None when every query sees all earlier
+        keys (causal), w when it sees the last w (itself included)."""
+        allowed = np.ones((t, t), dtype=bool)
+        for op, name, x in masks:
+            value = values[name]
+            grid = np.broadcast_to(value, (*value.shape[:-2], t, t)).reshape(-1, t, t)[0]
+            allowed &= grid > _MASK_FLOOR if op == "Add" else (grid if x else ~grid)
         query, key = np.arange(t)[:, None], np.arange(t)[None, :]
-        if not allowed.any():  # no mask node at all would leave everything allowed, which is caught below
-            raise self.fail(softmax, "the attention mask removes every key")
-        for w in [None, *range(1, t)]:
-            if np.array_equal(allowed, (key <= query) & (key > query - (w or t))):
-                return w
+        causal = key <= query
+        if not np.array_equal(allowed & causal, allowed) or not allowed.diagonal().all():
+            raise self.fail(softmax, "the attention mask is neither causal nor a causal window (a query sees keys "
+                                     "its position does not allow); supported: causal attention, optionally windowed")
+        seen = (allowed & causal).sum(axis=1)  # keys each query sees
+        w = int(seen[-1])
+        if w == t:
+            if np.array_equal(allowed, causal):
+                return None
+        elif np.array_equal(allowed, causal & (key > query - w)):
+            return w
         raise self.fail(softmax, "the attention mask is neither causal nor a causal window (a query sees keys "
                                  "its position does not allow); supported: causal attention, optionally windowed")
 
@@ -405,6 +418,14 @@ class _Recovery:
             steps.append((stream, add))
             stream = add.output[0]
 
+    def windows(self, blocks: list[dict], context: int | None) -> list[int | None]:
+        """Each layer's attention window, from its masks evaluated at the model's context (MASK_LENGTH when the
+        graph does not say): a window longer than the probe is invisible at the probe's length."""
+        length = context or MASK_LENGTH
+        names = sorted({name for att in blocks for _, name, _ in att["mask"]})
+        values = self.view.evaluate_at(names, length) if names else {}
+        return [self.window(att["mask"], values, length, att["softmax"]) for att in blocks]
+
     def parallel(self, residual: str, add: onnx.NodeProto) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
         """(attention's last node, the MLP's last node) when ADD adds both sublayers' sum to the residual
         (a parallel block: GPT-NeoX, Phi); None for a sequential block."""
@@ -456,7 +477,8 @@ class _Recovery:
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary, windows = set(), set(), []
+        layouts, rotary = set(), set()
+        windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
             layouts.add((parallel, shared))
@@ -466,7 +488,6 @@ class _Recovery:
             rotary.add(att["rotary_dims"])
             activations.add(mlp["activation"])
             head_dims.add(att["head_dim"])
-            windows.append(att["window"])
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
                                 mlp_norm=att["norm"] if shared else mlp["norm"], up=mlp["up"], down=mlp["down"],
                                 gate=mlp["gate"]))

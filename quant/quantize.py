@@ -270,11 +270,20 @@ SUPPORTED_FEATURES = ("sequential pre-norm blocks", "RoPE on every head dim or l
                       f"activations {', '.join(QUANT_ACTIVATIONS)}")
 
 
-def check_supported(ir: ModelIR) -> None:
+def check_supported(ir: ModelIR, context: int) -> None:
     """Refuse an IR with a feature the integer decoder (quantiser, reference, RTL) does not implement, by name:
-    the frontend recovers and proves more than the chip computes, and nothing may compile such a model wrongly."""
+    the frontend recovers and proves more than the chip computes, and nothing may compile such a model wrongly.
+
+    A windowed attention layer with a window of at least the chip's context is plain causal attention there
+    (GPT-Neo's local layers over a context up to their window): it is refused only where the window would bite.
+    """
     cfg = ir.config
-    missing = list(cfg.features)
+    missing = [f for f in cfg.features if not f.startswith("windowed attention")]
+    windows = [w for w in cfg.attn_windows or () if w is not None]
+    if windows and context > min(windows):
+        window = next(f for f in cfg.features if f.startswith("windowed attention"))
+        missing.append(f"{window} over a context of {context} (a context up to {min(windows)} compiles: the "
+                       "window never bites)")
     if cfg.activation not in QUANT_ACTIVATIONS:
         missing.append(f"activation {cfg.activation}")
     if missing:
@@ -288,9 +297,9 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     """Quantise a ModelIR into the integer program the hardware runs."""
     if scheme not in SCHEMES:
         raise QuantizationError(f"unknown scheme '{scheme}'; accepted: {', '.join(SCHEMES)}")
-    check_supported(ir)  # before any work: a feature the chip lacks is refused, never approximated
     cfg = ir.config
     context = context or cfg.context or 128
+    check_supported(ir, context)  # before any work: a feature the chip lacks is refused, never approximated
     if cfg.positions == "learned" and context > ir.pos_embed.shape[0]:
         raise QuantizationError(f"context {context} exceeds the model's {ir.pos_embed.shape[0]} learned positions")
     bad = [s for s in lora.sites if s not in _PROJECTIONS or (s == "gate" and not cfg.gated)]

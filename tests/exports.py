@@ -101,7 +101,7 @@ def hf_gpt_neo(seed: int = 0) -> torch.nn.Module:
 
     torch.manual_seed(seed)
     cfg = GPTNeoConfig(vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
-                       attention_types=[[["global", "local"], 1]], window_size=4, max_position_embeddings=SEQ_MAX,
+                       attention_types=[[["global", "local"], 1]], window_size=40, max_position_embeddings=SEQ_MAX,
                        activation_function="gelu_new", bos_token_id=0, eos_token_id=0)
     return perturb(GPTNeoForCausalLM(cfg), seed)
 

@@ -3,17 +3,22 @@
 Each tiny random model (transformers, from a config, no download) is exported with the dynamo exporter, recovered
 by data flow and proven against onnxruntime; the IR names what it recovered, folds what existing fields hold, and
 the quantiser refuses what the integer decoder does not implement, by name. Gemma and OPT need nothing new after
-folding (a GELU-tanh gated table, a ReLU table): they are quantised and decoded by the integer reference too.
+folding (a GELU-tanh gated table, a ReLU table): they are quantised and decoded by the integer reference too, and
+so is GPT-Neo within a context no longer than its attention window.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import onnx
 import pytest
 import torch
 
 from hardwire.cli import main
-from hardwire.frontend import float_forward, load
+from hardwire.frontend import ModelImportError, float_forward, load
+from hardwire.frontend.proof import prove
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder, forward
 from hardwire.quant.weights import QuantizationError
@@ -91,8 +96,12 @@ def test_gpt_neo(exported):
     assert _shape(cfg) == (96, 64, 2, 4, 4, 16, 128)
     assert (cfg.norm, cfg.activation, cfg.positions, cfg.context, cfg.tied_head) == \
         ("layer", "gelu_tanh", "learned", 64, True)
-    assert cfg.attn_windows == (None, 4)  # global, then local with window_size 4
-    assert cfg.features == ("windowed attention (layer 1: 4)",)
+    # global, then local with window_size 40: past the probe's 8 tokens, read from the masks at the context (64)
+    assert cfg.attn_windows == (None, 40)
+    assert cfg.features == ("windowed attention (layer 1: 40)",)
+    assert ir.proof.lengths == (2, 7, 32, 48)  # one sequence past the window, where it bites
+    causal = dataclasses.replace(ir, config=dataclasses.replace(cfg, attn_windows=None))
+    assert not prove(causal, onnx.load(path), "input_ids", np.int64, (48,)).passed  # so the window is checked
     assert cfg.folded == ("score scale 1 instead of 1/sqrt(head_dim) (q's weights times 4)",)
     block = model.transformer.h[0].attn.attention
     assert np.allclose(ir.layers[0].q.weight, 4 * block.q_proj.weight.detach().numpy(), rtol=1e-6)
@@ -118,24 +127,26 @@ SUPPORTED = ("supported: sequential pre-norm blocks; RoPE on every head dim or l
              "activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
 
 
-@pytest.mark.parametrize("name,missing", [
-    ("neox", "parallel residual; partial rotary: 4 of 16 dims"),
-    ("phi", "parallel residual; shared norm; partial rotary: 8 of 16 dims"),
-    ("gpt-neo", "windowed attention (layer 1: 4)"),
+@pytest.mark.parametrize("name,context,missing", [
+    ("neox", 16, "parallel residual; partial rotary: 4 of 16 dims"),
+    ("phi", 16, "parallel residual; shared norm; partial rotary: 8 of 16 dims"),
+    ("gpt-neo", 48, "windowed attention (layer 1: 40) over a context of 48 (a context up to 40 compiles: the window "
+                    "never bites)"),
 ])
-def test_quantiser_refuses_what_the_chip_lacks(exported, name, missing):
+def test_quantiser_refuses_what_the_chip_lacks(exported, name, context, missing):
     _, path = exported(name)
     ir = load(path, verify=False)
     with pytest.raises(QuantizationError) as info:
-        quantize(ir, "int8", context=16)
+        quantize(ir, "int8", context=context)
     assert str(info.value) == (f"{path}: the integer decoder does not implement {missing} yet (the import recovered "
                                f"and proved it; quantisation, the reference and the RTL do not); {SUPPORTED}")
 
 
-@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4")])
-def test_gemma_and_opt_decode_in_the_reference(exported, name, scheme):
-    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's: the integer decoder tracks the
-    float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
+@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4"), ("gpt-neo", "int8")])
+def test_decode_in_the_reference(exported, name, scheme):
+    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's, GPT-Neo's missing score scale is
+    folded into q and its window does not bite within a context of 24: the integer decoder tracks the float model,
+    and its KV-cached decoder agrees with the whole-prefix forward token for token."""
     _, path = exported(name)
     ir = load(path, verify=False)
     qm = quantize(ir, scheme, context=24)
@@ -164,5 +175,86 @@ def test_inspect_prints_features_and_folds(exported, capsys):
     _, path = exported("gpt-neo")
     assert main(["inspect", str(path), "--no-verify"]) == 0
     out = capsys.readouterr().out
-    assert "features   windowed attention (layer 1: 4)\n" in out
+    assert "features   windowed attention (layer 1: 40)\n" in out
     assert "folded     score scale 1 instead of 1/sqrt(head_dim) (q's weights times 4)\n" in out
+
+
+def _edited(exported, tmp_path, name: str, edit) -> tuple[object, onnx.ModelProto]:
+    """The export of NAME with edit(proto) applied, saved beside a copy of its weights; -> (path, proto)."""
+    _, path = exported(name)
+    proto = onnx.load(path)  # weights inline: the edited file stands alone
+    edit(proto)
+    bad = tmp_path / f"{name}-edited.onnx"
+    onnx.save(proto, bad)
+    return bad, proto
+
+
+def _producer(proto: onnx.ModelProto, value: str) -> onnx.NodeProto:
+    return next(n for n in proto.graph.node if value in n.output)
+
+
+def _refused(path, message: str) -> None:
+    with pytest.raises(ModelImportError) as info:
+        load(path)
+    assert str(info.value) == message
+
+
+def test_gated_exact_gelu_is_refused(exported, tmp_path):
+    def exact(proto):
+        for node in proto.graph.node:
+            if node.op_type == "Gelu":
+                del node.attribute[:]
+                node.attribute.append(onnx.helper.make_attribute("approximate", "none"))
+    bad, proto = _edited(exported, tmp_path, "gemma", exact)
+    gate = _producer(proto, next(n for n in proto.graph.node if n.op_type == "Gelu").input[0])
+    _refused(bad, f"{bad}: could not place MatMul node '{gate.name}': a gated MLP is supported with SiLU (SwiGLU) "
+                  "or GELU-tanh (GeGLU) only")
+
+
+def test_ungated_sigmoid_mlp_is_refused(exported, tmp_path):
+    def sigmoid(proto):
+        next(n for n in proto.graph.node if n.op_type == "Relu").op_type = "Sigmoid"
+    bad, proto = _edited(exported, tmp_path, "opt", sigmoid)
+    up = _producer(proto, next(n for n in proto.graph.node if n.op_type == "Sigmoid").input[0])
+    _refused(bad, f"{bad}: could not place Gemm node '{up.name}': an ungated MLP is supported with GELU (exact or "
+                  "tanh) or ReLU only")
+
+
+def test_attention_without_a_causal_mask_is_refused(exported, tmp_path):
+    """The first layer's additive mask replaced by 0: every query sees every key, which no decoder does."""
+    def unmask(proto):
+        softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+        masked = _producer(proto, softmax.input[0])
+        masked.input[1] = "no_mask"
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), np.float32), "no_mask"))
+    bad, proto = _edited(exported, tmp_path, "opt", unmask)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    _refused(bad, f"{bad}: could not place Softmax node '{softmax.name}': the attention mask is neither causal nor a "
+                  "causal window (a query sees keys its position does not allow); supported: causal attention, "
+                  "optionally windowed")
+
+
+def test_positions_that_are_not_table_rows_are_refused(exported, tmp_path):
+    """Negated position rows are no rows of the table (recovery slices the table where the added rows start)."""
+    def negate(proto):
+        gather = next(n for n in proto.graph.node if n.op_type == "Gather" and "embed_positions" in n.input[0])
+        add = next(n for n in proto.graph.node if gather.output[0] in n.input)
+        add.input[list(add.input).index(gather.output[0])] = "negated"
+        proto.graph.node.insert(list(proto.graph.node).index(add),
+                                onnx.helper.make_node("Neg", [gather.output[0]], ["negated"], name="negate"))
+    bad, proto = _edited(exported, tmp_path, "opt", negate)
+    add = next(n for n in proto.graph.node if "negated" in n.input and n.op_type == "Add")
+    _refused(bad, f"{bad}: could not place Add node '{add.name}': the constant added to the embedding is not "
+                  "consecutive rows of a learned position table")
+
+
+@pytest.mark.parametrize("name", ["phi", "gpt-neo"])
+def test_float_decoder_computes_the_same_features(exported, name):
+    """The KV-cached float decoder (demo, chat) has the parallel block, partial rotary and the window too."""
+    from hardwire.frontend.float_decoder import FloatDecoder
+
+    ir = load(exported(name)[1], verify=False)
+    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(5))  # past GPT-Neo's window of 40
+    decoder = FloatDecoder(ir, capacity=64)
+    cached = torch.cat([decoder.feed(ids[0, :30].tolist()), decoder.feed(ids[0, 30:].tolist())])
+    assert torch.allclose(cached, float_forward(ir, ids)[0], atol=1e-5)
