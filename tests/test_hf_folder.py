@@ -89,3 +89,19 @@ def test_folder_without_safetensors(tmp_path, capsys):
     assert _error(capsys, folder) == (f"hardwire: error: {folder}: no safetensors weights (*.safetensors) beside "
                                       "config.json; save the model with save_pretrained (safe_serialization, the "
                                       "default)\n")
+
+
+def test_folder_with_a_broken_config(tmp_path, capsys):
+    folder = _folder(tmp_path, None)
+    (folder / "config.json").write_text('{"model_type": "llama",')
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: config.json is not valid JSON (Expecting property "
+                                      "name enclosed in double quotes: line 1 column 24 (char 23))\n")
+
+
+def test_folder_whose_weights_transformers_cannot_read(tmp_path, capsys):
+    """An empty safetensors file: transformers' own error, after the folder's name, on one line."""
+    folder = _folder(tmp_path, {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64,
+                                "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                                "num_attention_heads": 4}, weights=True)
+    err = _error(capsys, folder)
+    assert err.startswith(f"hardwire: error: {folder}: transformers cannot load the model: ") and err.count("\n") == 1
