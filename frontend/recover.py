@@ -22,7 +22,7 @@ from .ir import Activation, Layer, Linear, ModelConfig, ModelIR, Norm
 _ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Gelu", "Relu"}
 _LAYOUT_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}
 MASK_LENGTH = 2048  # where a RoPE graph states no context, attention masks are read at this length
-_MASK_FLOOR = -1e30  # an additive mask entry at or below this removes the key (exporters write float32's minimum)
+_MASK_FLOOR = -1e4  # an additive mask entry at or below this removes the key: exp() of it is 0 in float32
 
 
 def _f32(array: np.ndarray) -> np.ndarray:
