@@ -156,6 +156,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[
         "gpt-neo": (exports.hf_gpt_neo, exports.export_dynamo),
         "opt": (exports.hf_opt, exports.export_dynamo),
         "phi": (exports.hf_phi, exports.export_dynamo),
+        "mistral": (exports.hf_mistral, exports.export_dynamo),
     }
     cache: dict[str, tuple[object, Path]] = {}
     # one folder for the run: xdist's workers have basetemps side by side in the run's, and the first worker

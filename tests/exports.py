@@ -126,3 +126,13 @@ def hf_phi(seed: int = 0) -> torch.nn.Module:
                     num_attention_heads=4, partial_rotary_factor=0.5, max_position_embeddings=SEQ_MAX,
                     hidden_act="gelu_new", bos_token_id=0, eos_token_id=0)
     return perturb(PhiForCausalLM(cfg), seed)
+
+
+def hf_mistral(seed: int = 0) -> torch.nn.Module:
+    """Mistral: Llama with sliding-window attention (every layer sees the last 20 keys)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=SEQ_MAX, sliding_window=20)
+    return perturb(MistralForCausalLM(cfg), seed)

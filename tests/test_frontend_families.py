@@ -123,6 +123,24 @@ def test_opt(exported):
     assert _same(ir.layers[1].attn_norm.bias, block.self_attn_layer_norm.bias)
 
 
+def test_mistral_sliding_window(exported):
+    """A RoPE graph states no context: its masks are read at MASK_LENGTH (2048), where the window of 20 shows."""
+    _, path = exported("mistral")
+    ir = load(path)
+    assert ir.proof.passed and ir.proof.lengths == (2, 7, 28, 32)
+    assert (ir.config.context, ir.config.attn_windows) == (None, (20, 20))
+    assert ir.config.features == ("windowed attention (layer 0: 20, layer 1: 20)",)
+
+
+def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys):
+    _, path = exported("neox")
+    assert main(["compile", str(path), "--quant", "int8", "--context", "16", "-o", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == (f"hardwire: error: {path}: the integer decoder does not implement parallel "
+                                       "residual; partial rotary: 4 of 16 dims yet (the import recovered and proved it; "
+                                       f"quantisation, the reference and the RTL do not); {SUPPORTED}\n")
+    assert not (tmp_path / "b" / "decoder.v").exists()
+
+
 SUPPORTED = ("supported: sequential pre-norm blocks; RoPE on every head dim or learned positions; causal attention; "
              "activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
 
