@@ -12,21 +12,41 @@ FPGA_ONLY_OPTIONS = ("--board", "--clock-mhz", "--baud")  # `hardwire build` opt
 
 
 def _print_ir(ir) -> None:
+    from .frontend.shares import vocab_shares
+
     cfg = ir.config
     print(f"model      {ir.source}")
     for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn", "context",
                   "norm", "norm_eps", "activation", "positions", "rope_theta", "tied_head"):
         print(f"  {field:<11}{getattr(cfg, field)}")
+    print(f"features   {'; '.join(cfg.features) or 'none beyond the sequential pre-norm block'}")
+    print(f"folded     {'; '.join(cfg.folded) or 'nothing'}")
     print(f"parameters {ir.n_params:,}")
+    print(f"vocabulary {vocab_shares(ir).summary()}")
     if ir.proof is not None:
         print(f"proof      {ir.proof.summary()}")
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    """Import a model, print its recovered config and the proof against onnxruntime."""
-    from .frontend import load
+def _load(model: Path, export_dir: Path | None, verify: bool = True):
+    """A ModelIR from an ONNX file, or from a Hugging Face folder exported to EXPORT_DIR (a temporary folder when
+    None) first."""
+    import dataclasses
+    import tempfile
 
-    _print_ir(load(args.model, verify=not args.no_verify))
+    from .frontend import load
+    from .frontend.hf_folder import export_folder
+
+    if not model.is_dir():
+        return load(model, verify=verify)
+    with tempfile.TemporaryDirectory(prefix="hardwire-export-") as tmp:
+        onnx_path = export_folder(model, export_dir or Path(tmp), progress=lambda line: print(line, flush=True))
+        return dataclasses.replace(load(onnx_path, verify=verify), source=f"{model} (exported to {onnx_path})")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Import a model (model.onnx, or a Hugging Face folder: exported to ONNX first), print its recovered config
+    and the proof against onnxruntime."""
+    _print_ir(_load(args.model, None, verify=not args.no_verify))
     return 0
 
 
@@ -51,12 +71,11 @@ def _rows_option(value: str) -> int | str:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Import, quantise and generate Verilog into a build folder, with a report."""
-    from .frontend import load
     from .quant.quantize import quantize
     from .rtl.build import compile_to
 
     print(f"importing {args.model} ...", flush=True)
-    ir = load(args.model)
+    ir = _load(args.model, args.out / "onnx")  # a Hugging Face folder is exported into the build folder
     print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
     print(f"quantising ({args.quant}) ...", flush=True)
     qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
@@ -239,12 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="import an ONNX model and prove the import against onnxruntime",
                              description=cmd_inspect.__doc__)
-    inspect.add_argument("model", type=Path, help="model.onnx (external data may lie beside it)")
+    inspect.add_argument("model", type=Path, help="model.onnx (external data may lie beside it), or a Hugging Face "
+                                                  "folder (config.json and safetensors)")
     inspect.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison")
     inspect.set_defaults(func=cmd_inspect)
 
     comp = sub.add_parser("compile", help="quantise a model and generate its Verilog", description=cmd_compile.__doc__)
-    comp.add_argument("model", type=Path, help="model.onnx")
+    comp.add_argument("model", type=Path, help="model.onnx, or a Hugging Face folder (exported into OUT/onnx)")
     comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8",
                       help="weight scheme (default int8)")
     comp.add_argument("--avg-bits", type=float, default=4.0, help="mixed36 budget in bits per weight (default 4.0)")

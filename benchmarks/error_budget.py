@@ -80,7 +80,7 @@ def main() -> None:
     weights = rounded_weights(folded, cal, args.scheme)
     add(f"{args.scheme} weights alone", run(weights, set()))
     for group in SITE_GROUPS:
-        if group == "hidden" and ir.config.activation == "silu_glu":
+        if group == "hidden" and ir.config.gated:
             continue  # SILU[g] * u is exact: nothing is rounded there
         add(SITE_TITLES[group], run(folded, {group}))
     every = set(SITE_GROUPS)

@@ -124,7 +124,7 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
                             sm_lanes * max(SCORE_BITS, E_BITS)))
     mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
     act_entries = [v for layer in qm.layers for v in layer.act_table.tolist()]
-    act_bits = SILU_OUT_BITS if cfg.activation == "silu_glu" else 8
+    act_bits = SILU_OUT_BITS if cfg.gated else 8
     mems += [BlockMemory(f"act_table{e}", "tables", len(act_entries), live_bits(act_entries, act_bits))
              for e in range(plan.epilogue_lanes)]
     if cfg.positions == "rope":  # cos and sin per position and pair

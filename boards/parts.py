@@ -107,6 +107,7 @@ class FitEstimate:
     dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
     shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
     epilogue_lanes: int = 1  # rows per cycle through the epilogue: each lane past the first costs EPILOGUE_LANE_*
+    vocab_bits: int = 0  # the embedding's and the LM head's code bits: most of a small model with a large vocabulary
 
     @property
     def other_dsps(self) -> int:
@@ -153,8 +154,9 @@ class FitEstimate:
                             f"the rest of the decoder leaves them; use fewer rows, lanes or epilogue lanes")
         if self.blocks <= p.bram_blocks:
             return problems
-        parts = ", ".join(f"{kind} {self.bits(kind):,}" for kind in ("weights", "tables", "kv", "lora", "buffers")
-                          if self.bits(kind))
+        parts = ", ".join(f"{kind} {self.bits(kind):,}" + (f" (the embedding and head's codes {self.vocab_bits:,})"
+                                                             if kind == "weights" and self.vocab_bits else "")
+                          for kind in ("weights", "tables", "kv", "lora", "buffers") if self.bits(kind))
         return [*problems, f"{self.label} needs {self.block_bits:,} block-RAM bits ({self.blocks:,} {p.bram_name} of "
                 f"{p.bram_block_bits:,} bits for {self.bits():,} bits of memories: {parts}), the {p.title} has "
                 f"{p.bram_bits:,} ({p.bram_blocks} {p.bram_name})"]
@@ -204,7 +206,9 @@ def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) ->
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
                        storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
                        shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add),
-                       epilogue_lanes=plan.epilogue_lanes)
+                       epilogue_lanes=plan.epilogue_lanes,
+                       vocab_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors()
+                                      if name in ("embed", "head")))
 
 
 def check_fit(folder: Path, board: str) -> FitEstimate:

@@ -93,6 +93,9 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> ModelIR:
         return ir
     longest = min(filter(None, (fixed, ir.config.context, 32)))
     lengths = (fixed,) if fixed else tuple(sorted({min(2, longest), min(7, longest), longest}))
+    windows = [w for w in ir.config.attn_windows or () if w is not None]
+    if windows and not fixed:  # a window bites beyond its length only: prove one sequence past the longest
+        lengths = tuple(sorted({*lengths, min(max(windows) + 8, ir.config.context or max(windows) + 8)}))
     proof = prove(ir, proto, name, dtype, lengths)  # the IR's float forward against onnxruntime
     if proof.non_finite is not None:  # the weights are finite (checked above): their size overflows float32
         what, peak = largest_weight(proto)

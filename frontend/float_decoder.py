@@ -62,7 +62,7 @@ class FloatDecoder:
         if self.context is not None and self.capacity > self.context:
             raise DecodeError(f"capacity {self.capacity} exceeds the model's context of {self.context}")
         if cfg.positions == "rope":
-            self.cos, self.sin = rope_tables(cfg.head_dim, cfg.rope_theta, self.capacity)
+            self.cos, self.sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, self.capacity)
         self.step_fn: Step = self.forward
         self.static = False  # attend over the whole cache (fixed shapes) rather than the filled part
         self.reset()
@@ -97,8 +97,10 @@ class FloatDecoder:
             x = x + ir.pos_embed[positions]
         else:
             cos, sin = self.cos[positions], self.sin[positions]
-        mask = positions[:, None] >= torch.arange(end)  # (t, end): token at position p sees keys 0..p
+        causal = positions[:, None] >= torch.arange(end)  # (t, end): token at position p sees keys 0..p
+        windows = cfg.attn_windows or (None,) * cfg.n_layers
         for i, layer in enumerate(ir.layers):
+            mask = causal if windows[i] is None else causal & (torch.arange(end) > positions[:, None] - windows[i])
             h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, _ignore, "")
             q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
             k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
@@ -109,6 +111,10 @@ class FloatDecoder:
             keys.index_copy_(2, positions, k)
             values.index_copy_(2, positions, v)
             y = _attend(q, keys[:, :, :end], values[:, :, :end], mask, cfg)
+            if cfg.parallel_residual:  # as float_forward: one residual Add for both sublayers
+                h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
+                x = x + _linear(y, layer.o) + _mlp(h, layer, cfg, _ignore, i)
+                continue
             x = x + _linear(y, layer.o)
             h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
             x = x + _mlp(h, layer, cfg, _ignore, i)

@@ -57,8 +57,20 @@ def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[torch.Tens
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of the first cos.shape[-1] dims of each head (all of them unless partial rotary)."""
+    rd = cos.shape[-1]
+    if rd < x.shape[-1]:
+        return torch.cat((_rotate(x[..., :rd], cos, sin), x[..., rd:]), dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def attention_mask(t: int, window: int | None, start: int = 0) -> torch.Tensor:
+    """(t, start + t) of allowed keys for queries at positions start..: causal, and within the last `window` keys."""
+    query = torch.arange(start, start + t)[:, None]
+    key = torch.arange(start + t)[None, :]
+    allowed = key <= query
+    return allowed if window is None else allowed & (key > query - window)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: ModelConfig,
@@ -78,10 +90,13 @@ def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: 
     """The MLP of block i on the normed residual h: its contribution to the residual."""
     up = transform(f"layers.{i}.up", _linear(h, layer.up))
     observe(f"layers.{i}.up", up)
-    if cfg.activation == "silu_glu":
+    if cfg.gated:
         gate = transform(f"layers.{i}.gate", _linear(h, layer.gate))
         observe(f"layers.{i}.gate", gate)
-        inner = transform(f"layers.{i}.gate_act", F.silu(gate)) * up
+        act = F.silu(gate) if cfg.activation == "silu_glu" else F.gelu(gate, approximate="tanh")
+        inner = transform(f"layers.{i}.gate_act", act) * up
+    elif cfg.activation == "relu":
+        inner = F.relu(up)
     else:
         inner = F.gelu(up, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
     inner = transform(f"layers.{i}.hidden", inner)
@@ -107,7 +122,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     if cfg.positions == "learned":
         x = x + _t(ir.pos_embed)[:t]
     else:
-        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, t)  # (t, hd)
+        cos, sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, t)  # (t, rotated dims)
 
     def site(name: str, value: torch.Tensor, form: str = "") -> torch.Tensor:
         """transform sees `name` + form (`_raw`: q or k before RoPE), observe pools them under `name`."""
@@ -116,7 +131,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         return value
 
     x = site("residual", x)
-    mask = torch.ones(t, t, dtype=torch.bool).tril()
+    windows = cfg.attn_windows or (None,) * cfg.n_layers
     raw = "_raw" if cfg.positions == "rope" else ""  # q and k before RoPE
     for i, layer in enumerate(ir.layers):
         h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm", transform)
@@ -127,7 +142,13 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             q, k = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k)
+        mask = attention_mask(t, windows[i])
         y = site(f"layers.{i}.attn_out", _attend(q, k, v, mask, cfg, transform, f"layers.{i}"))
+        if cfg.parallel_residual:  # both sublayers read the block's input; one residual Add
+            h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe,
+                                                f"layers.{i}.mlp_norm", transform)
+            x = site("residual", x + _linear(y, layer.o) + _mlp(h, layer, cfg, observe, i, transform))
+            continue
         x = site("residual", x + _linear(y, layer.o))
         h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm", transform)
         x = site("residual", x + _mlp(h, layer, cfg, observe, i, transform))

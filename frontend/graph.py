@@ -45,6 +45,8 @@ class GraphView:
                 if inp:
                     self.consumers[inp].append(node)
         self.input_name = input_name
+        self.proto = proto
+        self.probe_dtype = probe_ids.dtype
         self.dynamic = self._dynamic_values(input_name)
         self.values = self._probe(proto, probe_ids)
 
@@ -71,6 +73,36 @@ class GraphView:
         for init in proto.graph.initializer:
             values[init.name] = onnx.numpy_helper.to_array(init)
         return values
+
+    def evaluate_at(self, names: list[str], length: int) -> dict[str, np.ndarray]:
+        """NAMES evaluated at sequence LENGTH rather than the probe's, running only the nodes they depend on (for
+        masks: shape logic, a few ranges and comparisons)."""
+        needed, keep = set(names), []
+        for node in reversed(self.nodes):
+            if any(o in needed for o in node.output):
+                keep.append(node)
+                needed.update(i for i in node.input if i)
+        sub = onnx.ModelProto()
+        sub.CopyFrom(self.proto)
+        graph = sub.graph
+        del graph.node[:]
+        graph.node.extend(reversed(keep))
+        kept = [t for t in graph.initializer if t.name in needed]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        inputs = [i for i in graph.input if i.name in needed]
+        del graph.input[:]
+        graph.input.extend(inputs)
+        del graph.output[:]
+        graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+        feed = {self.input_name: np.zeros((1, length), dtype=self.probe_dtype)} \
+            if any(i.name == self.input_name for i in inputs) else {}
+        try:
+            outputs = ort_session(sub).run(None, feed)
+        except Exception as err:  # onnxruntime's own exception types
+            raise ModelImportError(f"{self.where}: onnxruntime cannot evaluate the attention mask at length {length}: "
+                                   f"{err}") from err
+        return dict(zip(names, outputs, strict=True))
 
     # -- queries -------------------------------------------------------------------
 

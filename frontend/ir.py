@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from .proof import Proof
 
 NormKind = Literal["rms", "layer"]
-Activation = Literal["silu_glu", "gelu_tanh", "gelu"]
+Activation = Literal["silu_glu", "gelu_tanh_glu", "gelu_tanh", "gelu", "relu"]
+GATED = ("silu_glu", "gelu_tanh_glu")  # down(act(gate) * up)
 Positions = Literal["rope", "learned"]
 
 
@@ -33,10 +34,35 @@ class ModelConfig:
     context: int | None  # longest sequence the model declares; None when the graph does not say (RoPE)
     norm: NormKind  # RMSNorm or LayerNorm
     norm_eps: float  # epsilon inside the square root
-    activation: Activation  # silu_glu: down(silu(gate) * up); gelu*: down(gelu(up))
+    activation: Activation  # *_glu: down(act(gate) * up); gelu*, relu: down(act(up))
     positions: Positions  # rotary (rotate-half layout) or a learned table added to the embedding
     rope_theta: float | None  # RoPE base, None for learned positions
     tied_head: bool  # output head shares the token embedding
+    # Block layout beyond the sequential pre-norm Llama/GPT-2 block (the defaults are that block):
+    parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)): both sublayers read the block's input
+    shared_norm: bool = False  # parallel blocks with one norm for both sublayers (Phi); mlp_norm is attn_norm
+    rotary_dims: int | None = None  # RoPE rotates the first rotary_dims of each head (partial rotary); None: all
+    attn_windows: tuple[int | None, ...] | None = None  # per layer: a query sees the last w keys; None: causal
+    folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Every recovered feature beyond the baseline block, as `name` or `name: detail`, in a fixed order."""
+        out = []
+        if self.parallel_residual:
+            out.append("parallel residual")
+        if self.shared_norm:
+            out.append("shared norm")
+        if self.rotary_dims is not None and self.rotary_dims != self.head_dim:
+            out.append(f"partial rotary: {self.rotary_dims} of {self.head_dim} dims")
+        if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
+            layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
+            out.append(f"windowed attention ({layers})")
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -65,7 +91,7 @@ class Layer:
     mlp_norm: Norm
     up: Linear  # (ffn, d_model)
     down: Linear  # (d_model, ffn)
-    gate: Linear | None = None  # (ffn, d_model), silu_glu only
+    gate: Linear | None = None  # (ffn, d_model), gated MLPs only
 
 
 @dataclass(frozen=True)
@@ -88,7 +114,7 @@ class ModelIR:
         for i, layer in enumerate(self.layers):
             for part in ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down"):
                 item = getattr(layer, part)
-                if item is None:
+                if item is None or (part == "mlp_norm" and item is layer.attn_norm):  # a shared norm once
                     continue
                 yield f"layers.{i}.{part}.weight", item.weight
                 if item.bias is not None:

@@ -26,7 +26,7 @@ SUPPORTED_OPS: dict[str, str] = {
     # normalisation
     "LayerNormalization": "norm", "ReduceMean": "norm", "Sqrt": "norm", "Reciprocal": "norm", "Pow": "norm",
     # activations and softmax
-    "Sigmoid": "activation", "Tanh": "activation", "Erf": "activation", "Gelu": "activation",
+    "Sigmoid": "activation", "Tanh": "activation", "Erf": "activation", "Gelu": "activation", "Relu": "activation",
     "Softmax": "attention",
     # arithmetic
     "Add": "elementwise", "Sub": "elementwise", "Mul": "elementwise", "Div": "elementwise", "Neg": "elementwise",

@@ -62,7 +62,7 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
     unknown = sorted(set(groups) - set(SITE_GROUPS))
     if unknown:
         raise ValueError(f"unknown site groups {unknown}; accepted: {', '.join(SITE_GROUPS)}")
-    gated = cfg.activation == "silu_glu"
+    gated = cfg.gated
     rules: dict[str, Callable[[str, torch.Tensor], torch.Tensor]] = {
         "residual": lambda s, v: _grid(v, scales["residual"], 16),
         "logits": lambda s, v: _grid(v, scales["logits"], 32),

@@ -247,7 +247,7 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
     sites that feed the KV cache, the softmax and the tables get one int8 step each. The hidden step of a gated
     MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
     """
-    d, gated = cfg.d_model, cfg.activation == "silu_glu"
+    d, gated = cfg.d_model, cfg.gated
     steps: dict[str, np.ndarray] = {}
     for i in range(cfg.n_layers):
         n = f"layers.{i}"
@@ -265,6 +265,33 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
     return steps
 
 
+QUANT_ACTIVATIONS = ("silu_glu", "gelu_tanh_glu", "gelu", "gelu_tanh", "relu")  # each one 256-entry table
+SUPPORTED_FEATURES = ("sequential pre-norm blocks", "RoPE on every head dim or learned positions", "causal attention",
+                      f"activations {', '.join(QUANT_ACTIVATIONS)}")
+
+
+def check_supported(ir: ModelIR, context: int) -> None:
+    """Refuse an IR with a feature the integer decoder (quantiser, reference, RTL) does not implement, by name:
+    the frontend recovers and proves more than the chip computes, and nothing may compile such a model wrongly.
+
+    A windowed attention layer with a window of at least the chip's context is plain causal attention there
+    (GPT-Neo's local layers over a context up to their window): it is refused only where the window would bite.
+    """
+    cfg = ir.config
+    missing = [f for f in cfg.features if not f.startswith("windowed attention")]
+    windows = [w for w in cfg.attn_windows or () if w is not None]
+    if windows and context > min(windows):
+        window = next(f for f in cfg.features if f.startswith("windowed attention"))
+        missing.append(f"{window} over a context of {context} (a context up to {min(windows)} compiles: the "
+                       "window never bites)")
+    if cfg.activation not in QUANT_ACTIVATIONS:
+        missing.append(f"activation {cfg.activation}")
+    if missing:
+        raise QuantizationError(f"{ir.source or 'the model'}: the integer decoder does not implement "
+                                f"{'; '.join(missing)} yet (the import recovered and proved it; quantisation, the "
+                                f"reference and the RTL do not); supported: {'; '.join(SUPPORTED_FEATURES)}")
+
+
 def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_ids: torch.Tensor | None = None,
              context: int | None = None, lora: LoraSpec = DEFAULT_LORA) -> QModel:
     """Quantise a ModelIR into the integer program the hardware runs."""
@@ -272,18 +299,19 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         raise QuantizationError(f"unknown scheme '{scheme}'; accepted: {', '.join(SCHEMES)}")
     cfg = ir.config
     context = context or cfg.context or 128
+    check_supported(ir, context)  # before any work: a feature the chip lacks is refused, never approximated
     if cfg.positions == "learned" and context > ir.pos_embed.shape[0]:
         raise QuantizationError(f"context {context} exceeds the model's {ir.pos_embed.shape[0]} learned positions")
-    bad = [s for s in lora.sites if s not in _PROJECTIONS or (s == "gate" and cfg.activation != "silu_glu")]
+    bad = [s for s in lora.sites if s not in _PROJECTIONS or (s == "gate" and not cfg.gated)]
     if bad:
         raise QuantizationError(f"LoRA sites {bad} are not projections of this model; accepted: "
-                                f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.activation == 'silu_glu')}")
+                                f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.gated)}")
     folded = fold_norms(ir)  # norm gains and biases into the projections
     if calib_ids is None:
         calib_ids = self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     weight_scheme = WEIGHT_FORMAT[scheme]
-    d, gated = cfg.d_model, cfg.activation == "silu_glu"
+    d, gated = cfg.d_model, cfg.gated
     scales = residual_and_logit_scales(cal)
     s_x = scales["residual"]
     steps = activation_steps(cfg, cal)
@@ -310,9 +338,10 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         sm_mult, sm_shift = multiplier(float(s["q"][0] * s["k"][0]) / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
         att_mult, att_shift = multiplier(float(s["v"][0]) / (2**PROB_BITS * float(s["attn_out"][0])), "attention output")
         if gated:
-            table = silu_table(float(s["gate"][0]))
+            table = silu_table(float(s["gate"][0]), cfg.activation)
         else:
-            table = gelu_table(float(s["up"][0]), float(s["hidden"][0]), approximate=cfg.activation == "gelu_tanh")
+            table = gelu_table(float(s["up"][0]), float(s["hidden"][0]),
+                               approximate="relu" if cfg.activation == "relu" else cfg.activation == "gelu_tanh")
         layers.append(QLayer(
             attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"], norm_bits),
             q=lin("q", s["q"] / raw_scale, raw_bits), k=lin("k", s["k"] / raw_scale, raw_bits), v=lin("v", s["v"], 8),

@@ -42,8 +42,11 @@ def _int8(x: float) -> int:
     return max(-128, min(127, _round(x)))
 
 
-def silu_table(in_scale: float) -> torch.Tensor:
+def silu_table(in_scale: float, activation: str = "silu_glu") -> torch.Tensor:
     """SILU[c + 128] = sat(round(silu(c * s) / (s / 2)), +-255): int8 in, 9 bits out at half the input's step.
+
+    activation "gelu_tanh_glu" (GeGLU, Gemma) fills the same table with GELU-tanh: the same bounds hold
+    (gelu(x) <= x above 0, gelu(x) / x = Phi(x) < 1/2 below), so the gated unit is the same.
 
     The output half-step is where the int8 gate lost most (the error budget, docs/numerics.md §14):
     silu's negative lobe (>= -0.28) got a handful of codes. 9 bits still fit the product:
@@ -53,16 +56,24 @@ def silu_table(in_scale: float) -> torch.Tensor:
     def silu(x: float) -> float:  # x * sigmoid(x), without overflowing exp for large |x|
         return x / (1 + math.exp(-x)) if x >= 0 else x * math.exp(x) / (1 + math.exp(x))
 
+    act = {"silu_glu": silu, "gelu_tanh_glu": _gelu_tanh}[activation]
     top = 2 ** (SILU_OUT_BITS - 1) - 1
-    return torch.tensor([max(-top, min(top, _round(silu(c * in_scale) / (in_scale / 2)))) for c in range(-128, 128)],
+    return torch.tensor([max(-top, min(top, _round(act(c * in_scale) / (in_scale / 2)))) for c in range(-128, 128)],
                         dtype=torch.int64)
 
 
-def gelu_table(in_scale: float, out_scale: float, approximate: bool) -> torch.Tensor:
-    """GELU[c + 128] = round(gelu(c * s_in) / s_out), exact (erf) or tanh form."""
+def _gelu_tanh(x: float) -> float:
+    return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_table(in_scale: float, out_scale: float, approximate: bool | str) -> torch.Tensor:
+    """GELU[c + 128] = round(gelu(c * s_in) / s_out), exact (erf) or tanh form; approximate="relu" makes the
+    same 256-entry table of ReLU (OPT), which the chip's table lookup uses unchanged."""
     def gelu(x: float) -> float:
+        if approximate == "relu":
+            return max(x, 0.0)
         if approximate:
-            return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+            return _gelu_tanh(x)
         return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
 
     return torch.tensor([_int8(gelu(c * in_scale) / out_scale) for c in range(-128, 128)], dtype=torch.int64)

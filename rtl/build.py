@@ -48,6 +48,13 @@ class BuildReport:
     kv_cache_bits: int
     verilog_seconds: float
     tensor_formats: dict[str, str] = field(default_factory=dict)  # every stored tensor: codes, scales, in/out widths
+    head_macs: int = 0  # the LM head's share of macs_per_token (vocab x d_model)
+    vocab_weight_bits: int = 0  # the embedding's and the head's share of weight_bits
+
+    def vocab_summary(self) -> str:
+        return (f"vocabulary: the head takes {self.head_macs:,} of {self.macs_per_token:,} MACs/token "
+                f"({self.head_macs / self.macs_per_token:.0%}), the embedding and head {self.vocab_weight_bits:,} of "
+                f"{self.weight_bits:,} code bits ({self.vocab_weight_bits / self.weight_bits:.0%})")
 
     def summary(self) -> str:
         ratio = self.cycles_per_token_estimate / self.mac_bound_cycles
@@ -62,6 +69,7 @@ class BuildReport:
             f"-> {self.cycles_per_token_estimate:,} cycles/token estimated ({ratio:.2f} x the MAC bound of "
             f"{self.mac_bound_cycles:,}; latency floor {self.latency_floor_cycles:,}, block-RAM bound "
             f"{self.bram_bound_cycles:,})",
+            self.vocab_summary(),
         ])
 
 
@@ -112,7 +120,8 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
         mac_bound_cycles=-(-macs // plan.macs_per_cycle), bram_bound_cycles=-(-qm.weight_bits // REFERENCE_PORT_BITS),
         latency_floor_cycles=latency_floor_cycles(qm, plan, position),
         kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
-        verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm))
+        verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm), head_macs=int(qm.head.codes.numel()),
+        vocab_weight_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors() if name in ("embed", "head")))
     measured = {"verilog_seconds"}  # differs between identical runs: kept out of report.json
     fields = {k: v for k, v in report.__dict__.items() if k not in measured}
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")

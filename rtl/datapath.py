@@ -76,7 +76,7 @@ class Datapath:
         self.d, self.hd, self.ctx = cfg.d_model, cfg.head_dim, qm.context
         self.kvdim, self.qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
         self.attn_rows = plan.attn_rows(cfg.head_dim)
-        self.gated = cfg.activation == "silu_glu"
+        self.gated = cfg.gated
         raw = {lin.out_bits for layer in qm.layers for lin in (layer.q, layer.k)}  # q, k into RoPE (or copied)
         if len(raw) != 1 or not raw <= {8, 12}:
             raise ValueError(f"q and k projections must all output int8 or all int12 (RoPE input); got {sorted(raw)}")

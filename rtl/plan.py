@@ -199,7 +199,7 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, lin.codes.shape[1], 1, plan,
                                       macs=False))
-            drain = (2 if cfg.activation == "silu_glu" else 1) if site == "up" else 0  # the MLP's table after the rows
+            drain = (2 if cfg.gated else 1) if site == "up" else 0  # the MLP's table after the rows
             phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain,
                                   width=epilogue_width(qm, plan, site)))
             if site == "o":

@@ -151,6 +151,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[
         "llama-mha-tied": (lambda: exports.hf_llama(kv_heads=4, tied=True), exports.export_dynamo),
         "llama-gqa-untied": (lambda: exports.hf_llama(kv_heads=2, tied=False), exports.export_dynamo),
         "gpt2": (exports.hf_gpt2, exports.export_dynamo),
+        "neox": (exports.hf_neox, exports.export_dynamo),
+        "gemma": (exports.hf_gemma, exports.export_dynamo),
+        "gpt-neo": (exports.hf_gpt_neo, exports.export_dynamo),
+        "opt": (exports.hf_opt, exports.export_dynamo),
+        "phi": (exports.hf_phi, exports.export_dynamo),
+        "mistral": (exports.hf_mistral, exports.export_dynamo),
     }
     cache: dict[str, tuple[object, Path]] = {}
     # one folder for the run: xdist's workers have basetemps side by side in the run's, and the first worker

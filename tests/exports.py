@@ -69,3 +69,70 @@ def example_model(seed: int = 0) -> TinyLlama:
 def export_example(model: TinyLlama, path: Path, dynamo: bool) -> Path:
     export_onnx(model, str(path), dynamo=dynamo)
     return path
+
+
+def hf_neox(seed: int = 0) -> torch.nn.Module:
+    """GPT-NeoX / Pythia: parallel residual, partial rotary (rotary_pct), LayerNorm with bias, GELU, untied head."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GPTNeoXConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=SEQ_MAX,
+                        use_parallel_residual=True, tie_word_embeddings=False, hidden_act="gelu",
+                        bos_token_id=0, eos_token_id=0)
+    return perturb(GPTNeoXForCausalLM(cfg), seed)
+
+
+def hf_gemma(seed: int = 0) -> torch.nn.Module:
+    """Gemma: embedding times sqrt(d), RMSNorm with (1 + w), GELU-tanh gated MLP, head_dim != d / heads, one kv head."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GemmaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=24, max_position_embeddings=SEQ_MAX,
+                      rope_theta=10000.0, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return perturb(GemmaForCausalLM(cfg), seed)
+
+
+def hf_gpt_neo(seed: int = 0) -> torch.nn.Module:
+    """GPT-Neo (TinyStories): learned positions, global and local (windowed) attention, no 1/sqrt(d) scaling."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GPTNeoConfig(vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
+                       attention_types=[[["global", "local"], 1]], window_size=40, max_position_embeddings=SEQ_MAX,
+                       activation_function="gelu_new", bos_token_id=0, eos_token_id=0)
+    return perturb(GPTNeoForCausalLM(cfg), seed)
+
+
+def hf_opt(seed: int = 0) -> torch.nn.Module:
+    """OPT: learned positions with an offset of 2, ReLU MLP, LayerNorm with bias."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = OPTConfig(vocab_size=96, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+                    max_position_embeddings=SEQ_MAX, word_embed_proj_dim=64, do_layer_norm_before=True,
+                    activation_function="relu", bos_token_id=0, eos_token_id=0, pad_token_id=1)
+    return perturb(OPTForCausalLM(cfg), seed)
+
+
+def hf_phi(seed: int = 0) -> torch.nn.Module:
+    """Phi (phi-1.5/phi-2): attention and MLP in parallel after one shared LayerNorm, partial rotary, biases."""
+    from transformers import PhiConfig, PhiForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = PhiConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, partial_rotary_factor=0.5, max_position_embeddings=SEQ_MAX,
+                    hidden_act="gelu_new", bos_token_id=0, eos_token_id=0)
+    return perturb(PhiForCausalLM(cfg), seed)
+
+
+def hf_mistral(seed: int = 0) -> torch.nn.Module:
+    """Mistral: Llama with sliding-window attention (every layer sees the last 20 keys)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=SEQ_MAX, sliding_window=20)
+    return perturb(MistralForCausalLM(cfg), seed)

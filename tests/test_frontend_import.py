@@ -79,18 +79,36 @@ def test_hf_gpt2(exported):
     assert ir.proof.passed
 
 
-def test_proof_refuses_a_model_it_misreads(exported, tmp_path):
-    """A graph whose attention scale is not 1/sqrt(head_dim) recovers to the wrong IR; the proof must catch it."""
-    _, path = exported("example-dynamo")
+def _with_score_mul(path, tmp_path, value: np.ndarray, name: str):
+    """The example export with the first scalar Mul of the attention scale followed by a Mul by VALUE."""
     proto = onnx.load(path)
     scale = next(n for n in proto.graph.node if n.op_type == "Mul" and n.name.startswith("node_Mul"))
-    doubled = onnx.helper.make_node("Mul", [scale.output[0], "two"], ["doubled"], name="double_scores")
+    doubled = onnx.helper.make_node("Mul", [scale.output[0], "extra"], ["doubled"], name="extra_scale")
     for node in proto.graph.node:
         node.input[:] = ["doubled" if i == scale.output[0] else i for i in node.input]
     proto.graph.node.insert(list(proto.graph.node).index(scale) + 1, doubled)
-    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"))
-    bad = tmp_path / "scaled.onnx"
-    onnx.save(proto, bad)
-    with pytest.raises(ModelImportError, match=r"^.*scaled.onnx: the recovered model does not reproduce "
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(value.astype(np.float32), "extra"))
+    out = tmp_path / name
+    onnx.save(proto, out)
+    return out
+
+
+def test_a_scalar_score_scale_is_read_and_folded_into_q(exported, tmp_path):
+    """A score scale other than 1/sqrt(head_dim) (GPT-Neo has none) is read from the graph and folded into q."""
+    _, path = exported("example-dynamo")
+    plain = load(path, verify=False)
+    ir = load(_with_score_mul(path, tmp_path, np.array(2.0), "scaled.onnx"))
+    assert ir.proof.passed
+    assert ir.config.folded == ("score scale 0.5 instead of 1/sqrt(head_dim) in layer 0 (q's weights times 2)",)
+    assert np.allclose(ir.layers[0].q.weight, 2 * plain.layers[0].q.weight, rtol=1e-6)
+    assert np.array_equal(ir.layers[0].k.weight, plain.layers[0].k.weight)
+    assert np.array_equal(ir.layers[1].q.weight, plain.layers[1].q.weight)
+
+
+def test_proof_refuses_a_model_it_misreads(exported, tmp_path):
+    """A per-head score scale is no scalar the recovery folds: it recovers to the wrong IR; the proof must catch it."""
+    _, path = exported("example-dynamo")
+    bad = _with_score_mul(path, tmp_path, np.array([2.0, 1.0]).reshape(1, 2, 1, 1), "perhead.onnx")
+    with pytest.raises(ModelImportError, match=r"^.*perhead.onnx: the recovered model does not reproduce "
                                                r"onnxruntime's logits: FAIL: max \|IR - onnxruntime\|"):
         load(bad)

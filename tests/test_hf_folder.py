@@ -1,0 +1,107 @@
+"""`hardwire inspect|compile FOLDER`: a Hugging Face folder (config.json and safetensors) is exported to ONNX by
+hardwire itself, offline, then imported and proven like any ONNX file; folders it cannot use get one clear error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from exports import perturb
+
+from hardwire.cli import main
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=False)
+    folder = tmp_path_factory.mktemp("hf") / "tiny-llama"
+    perturb(LlamaForCausalLM(cfg), 0).save_pretrained(folder)
+    return folder
+
+
+def test_compile_from_a_saved_folder(llama_folder, tmp_path, capsys):
+    out = tmp_path / "build"
+    assert main(["compile", str(llama_folder), "--quant", "int8", "--lanes", "4", "--context", "16", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    onnx_path = out / "onnx" / "model.onnx"
+    assert f"exporting {llama_folder} (llama, 19,616 parameters) to {onnx_path} with torch.onnx.export (dynamo) ..." \
+        in printed
+    assert "2 layers x 32, 19,616 parameters; PASS: " in printed
+    assert onnx_path.exists() and (out / "onnx" / "model.onnx.data").exists() and (out / "decoder.v").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["head_macs"] == 64 * 32
+    assert 0 < report["vocab_weight_bits"] < report["weight_bits"]
+    assert "vocabulary: the head takes 2,048 of " in printed
+
+
+def test_inspect_a_saved_folder(llama_folder, capsys):
+    assert main(["inspect", str(llama_folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"model      {llama_folder} (exported to " in out
+    assert "  n_kv_heads 2\n" in out and "proof      PASS: " in out
+    # per layer q, o 32 x 32, k, v 16 x 32, gate, up, down 48 x 32: 7,680 MACs; the head 64 x 32
+    assert "vocabulary embedding 2,048 + head 2,048 of 19,616 weights (21%); head 2,048 of 17,408 projection " \
+           "MACs/token (12%)\n" in out
+
+
+def _folder(tmp_path, config: dict | None, weights: bool = False):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def _error(capsys, folder) -> str:
+    assert main(["inspect", str(folder)]) == 2
+    return capsys.readouterr().err
+
+
+def test_folder_without_config(tmp_path, capsys):
+    folder = _folder(tmp_path, None)
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: a folder, but not a Hugging Face model folder (no "
+                                      "config.json); give a model.onnx or a folder written by save_pretrained\n")
+
+
+def test_folder_that_is_not_a_causal_lm(tmp_path, capsys):
+    folder = _folder(tmp_path, {"architectures": ["BertForMaskedLM"], "model_type": "bert"}, weights=True)
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: not a causal language model: config.json names "
+                                      "architectures ['BertForMaskedLM']; hardwire compiles decoder-only models (an "
+                                      "architecture ending in ForCausalLM or LMHeadModel)\n")
+
+
+def test_folder_of_an_unsupported_family(tmp_path, capsys):
+    folder = _folder(tmp_path, {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}, weights=True)
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: model_type 'mamba' (MambaForCausalLM) is not a "
+                                      "family hardwire imports; supported: llama, qwen2, mistral, gpt2, gpt_neox, "
+                                      "gemma, gpt_neo, opt, phi\n")
+
+
+def test_folder_without_safetensors(tmp_path, capsys):
+    folder = _folder(tmp_path, {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: no safetensors weights (*.safetensors) beside "
+                                      "config.json; save the model with save_pretrained (safe_serialization, the "
+                                      "default)\n")
+
+
+def test_folder_with_a_broken_config(tmp_path, capsys):
+    folder = _folder(tmp_path, None)
+    (folder / "config.json").write_text('{"model_type": "llama",')
+    assert _error(capsys, folder) == (f"hardwire: error: {folder}: config.json is not valid JSON (Expecting property "
+                                      "name enclosed in double quotes: line 1 column 24 (char 23))\n")
+
+
+def test_folder_whose_weights_transformers_cannot_read(tmp_path, capsys):
+    """An empty safetensors file: transformers' own error, after the folder's name, on one line."""
+    folder = _folder(tmp_path, {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64,
+                                "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                                "num_attention_heads": 4}, weights=True)
+    err = _error(capsys, folder)
+    assert err.startswith(f"hardwire: error: {folder}: transformers cannot load the model: ") and err.count("\n") == 1
