@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--baud", type=int, default=115200, help="baud rate whose byte time sets the frame timeout")
     emulate.add_argument("--timeout-bytes", type=int, default=32, help="frame timeout in byte times (default 32)")
     emulate.add_argument("--token-ms", type=float, default=0.0,
-                         help="least time each generated token takes, as a stand-in for the chip's (default 0)")
+                         help="time each token fed or generated takes, as a stand-in for the chip's (default 0)")
     emulate.set_defaults(func=cmd_emulate)
 
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)

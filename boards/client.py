@@ -35,6 +35,8 @@ ADVICE = {  # what the host should do after each ERROR code
     Error.GARBAGE: "bytes that are not frames reached the board (wrong baud rate, or another program on the port?); "
                    "reset and send the command again",
     Error.BUSY: "a GENERATE is still running; wait for its ACK or reset",
+    Error.OVERFLOW: "the board's receive buffer overflowed (too many bytes sent ahead of its replies) and bytes were "
+                    "dropped; reset and send the command again, waiting for replies",
     Error.CONTEXT_FULL: "the decoder's context is full; reset to start a new sequence",
     Error.BAD_TOKEN: "a token id is outside the model's vocabulary; reset and feed valid ids",
     Error.NO_PREDICTION: "GENERATE needs a FEED since the last reset (there is nothing to continue)",

@@ -84,7 +84,7 @@ class BoardCore(wiring.Component):
         m.d.comb += self.leds[LED_HEARTBEAT].eq(beat[-1])
         stretch = max(1, round(self.clk_hz * LED_STRETCH_S))
         for led, event in ((LED_BUSY, dec.status.busy | link.generating), (LED_TOKEN, link.token_sent),
-                           (LED_ERROR, link.error_sent | rx.overrun | rx.error)):
+                           (LED_ERROR, link.error_sent | link.dropped | rx.overrun | rx.error)):
             left = Signal(range(stretch + 1), name=f"led{led}_left")
             with m.If(event):
                 m.d.sync += left.eq(stretch)

@@ -5,8 +5,11 @@ without a board and the protocol's semantics have one executable statement besid
 `EmulatedDevice` is the protocol engine of boards/host_link.py re-told in Python, decision for
 decision: the receiver's frame timeout and garbage rule, its CRC / op / length checks of the
 whole frame before anything is acted on, BUSY while a GENERATE runs, RESET aborting it, and
-the decoder's flags (bad token, full context) with the error each one gives. It knows no
-clock: the caller passes times in seconds. `PtyEmulator` serves one on a pseudo-terminal
+the decoder's flags (bad token, full context) with the error each one gives, and the receive
+FIFO with its overflow rule (bytes taken while a checked frame waits for a FEED, up to
+RX_DEPTH; beyond that, one ERROR OVERFLOW once the line is quiet). It knows no clock: the
+caller passes times in seconds; a FEED or GENERATE takes `token_seconds` per token decoded
+(the line's own time is not modelled, so replies leave at once). `PtyEmulator` serves one on a pseudo-terminal
 from a thread; `hardwire emulate BUILD` runs that until Ctrl-C.
 
 LoRA words arrive through LORA frames exactly as the RTL receives them; they are decoded back
@@ -25,6 +28,7 @@ import struct
 import threading
 import time
 import tty
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +40,7 @@ from ..quant.reference import LoraAdapter, ReferenceDecoder
 from ..rtl.lora_map import REGISTERS, RESET, LoraSlot, lora_addr_bits, lora_address_map
 from ..rtl.plan import HardwarePlan, plan_from_report
 from . import protocol
+from .host_link import RX_DEPTH
 from .protocol import SYNC, Error, Flag, Op, Reply
 
 BYTE_BITS = 10  # 8N1: start bit, 8 data bits, stop bit
@@ -119,9 +124,11 @@ class EmulatedDevice:
     """The board's protocol engine over the reference decoder; times are seconds from any monotonic clock."""
 
     def __init__(self, qm: QModel, *, lanes: int, rows: int = 1, frame_timeout: float = frame_timeout_s(),
-                 token_seconds: float = 0.0) -> None:
+                 token_seconds: float = 0.0, rx_depth: int = RX_DEPTH) -> None:
         if frame_timeout <= 0:
             raise ValueError(f"the frame timeout must be positive, got {frame_timeout}")
+        if not isinstance(rx_depth, int) or rx_depth < 2:
+            raise ValueError(f"rx_depth must be an integer of at least 2, got {rx_depth!r}")
         self.qm, self.lanes = qm, lanes
         self.vocab = qm.config.vocab_size
         self.token_bits = max(1, (self.vocab - 1).bit_length())
@@ -131,10 +138,19 @@ class EmulatedDevice:
         self.lora = _LoraSram(qm)
         self._lora_dirty = False
         # receiver
+        self.rx_depth = rx_depth
+        self._fifo: deque[int] = deque()  # bytes taken from the line, not yet parsed
+        self._lost = False  # the FIFO was full: bytes are dropped until it is read empty and the line is quiet
+        self.dropped = 0  # bytes dropped so (each overflow is reported with one ERROR OVERFLOW)
         self._frame: bytearray | None = None  # bytes after SYNC of the frame being received
+        self._held: bytes | None = None  # a whole frame waiting for the executor (the RTL's CHECK state)
+        self._post: Error | None = None  # a TIMEOUT or OVERFLOW waiting for the executor, so replies stay in order
         self._garbage = False  # non-SYNC bytes dropped since the line was last quiet
         self._last_rx = float("-inf")
+        self._clock = float("-inf")  # the time of the last event handled
         # executor
+        self._feed_until: float | None = None  # a FEED is decoding until then; its reply leaves then
+        self._feed_reply = b""
         self._fresh = True  # the next token fed starts a new sequence
         self._prediction: int | None = None
         self._left = 0  # GENERATE: tokens still to send
@@ -151,51 +167,90 @@ class EmulatedDevice:
         return self._due is not None
 
     def next_event(self, may_step: bool = True) -> float | None:
-        """The time `poll` has work at (a frame timeout, a garbage report, a GENERATE step); None: only input."""
-        times = []
-        if self._frame is not None or self._garbage:
-            times.append(self._last_rx + self.frame_timeout)
+        """The time `poll` has work at (a FEED's end, a frame timeout, a garbage report, a GENERATE step); None: only input."""
+        times = [t for t in (self._feed_until, self._receiver_event()) if t is not None]
         if self._due is not None and may_step:
             times.append(self._due)
         return min(times) if times else None
 
     def receive(self, data: bytes, now: float) -> bytes:
         """Bytes from the host that arrived at `now`; -> reply bytes."""
-        out = self._expire(now)
+        out = self._advance(now)
         for byte in data:
-            if self._frame is None:
-                if byte == SYNC:
-                    self._frame = bytearray()
-                else:
-                    self._garbage = True
-                continue
-            self._frame.append(byte)
-            if len(self._frame) >= 2 and len(self._frame) == 3 + self._frame[1]:
-                whole, self._frame = bytes(self._frame), None
-                out += self._check(whole, now)
+            if self._lost or len(self._fifo) >= self.rx_depth:  # the FIFO is full, or an overflow is not reported yet
+                self._lost = True
+                self.dropped += 1
+            else:
+                self._fifo.append(byte)
+            out += self._pump(now)
         if data:
             self._last_rx = now
         return out
 
     def poll(self, now: float, may_step: bool = True) -> bytes:
-        """Whatever is due by `now`: a frame timeout or garbage report, then one GENERATE step."""
-        out = self._expire(now)
+        """Whatever is due by `now`: a FEED's end, a frame timeout or garbage report, then one GENERATE step."""
+        out = self._advance(now)
         if may_step and self._due is not None and now >= self._due:
             out += self._generate_step(now)
         return out
 
     # -- receiver -------------------------------------------------------------------------------
 
-    def _expire(self, now: float) -> bytes:
-        if now - self._last_rx < self.frame_timeout:
-            return b""
-        if self._frame is not None:  # a frame stopped part-way: it and any garbage before it make one error
-            self._frame, self._garbage = None, False
-            return _error(Error.TIMEOUT)
-        if self._garbage:
-            self._garbage = False
-            return _error(Error.GARBAGE)
-        return b""
+    def _receiver_event(self) -> float | None:
+        """When the quiet line next acts on the receiver: it has read the FIFO empty and holds a partial frame, an
+        unreported overflow or garbage (garbage is reported only while no FEED runs)."""
+        if self._fifo or self._held is not None or self._post is not None:
+            return None
+        if self._frame is not None or self._lost or (self._garbage and self._feed_until is None):
+            return self._last_rx + self.frame_timeout
+        return None
+
+    def _advance(self, now: float) -> bytes:
+        """Events due by `now`, in time order: FEEDs that finish, the quiet line's timeouts."""
+        out = b""
+        while True:
+            events = [t for t in (self._feed_until, self._receiver_event()) if t is not None and t <= now]
+            if not events:
+                return out
+            t = self._clock = max(self._clock, min(events))
+            if self._feed_until is not None and self._feed_until <= t:
+                out += self._feed_reply
+                self._feed_until, self._feed_reply = None, b""
+            elif self._frame is not None or self._lost:  # the frame cut short, and any garbage before it: one error
+                self._post = Error.OVERFLOW if self._lost else Error.TIMEOUT
+                self._frame, self._garbage, self._lost = None, False, False
+            else:
+                self._garbage = False
+                out += _error(Error.GARBAGE)
+            out += self._pump(t)
+
+    def _pump(self, now: float) -> bytes:
+        """The receiver reads the FIFO until it holds a whole frame or an error the executor must finish before."""
+        out = b""
+        while True:
+            if self._post is not None:
+                if self._feed_until is not None:
+                    return out
+                out += _error(self._post)
+                self._post = None
+            elif self._held is not None:
+                if self._feed_until is not None:
+                    return out
+                whole, self._held = self._held, None
+                out += self._check(whole, now)
+            elif not self._fifo:
+                return out
+            else:
+                byte = self._fifo.popleft()
+                if self._frame is None:
+                    if byte == SYNC:
+                        self._frame = bytearray()
+                    else:
+                        self._garbage = True
+                    continue
+                self._frame.append(byte)
+                if len(self._frame) >= 2 and len(self._frame) == 3 + self._frame[1]:
+                    self._held, self._frame = bytes(self._frame), None
 
     def _check(self, whole: bytes, now: float) -> bytes:
         """A whole frame (after SYNC): CRC, op, length, BUSY, in that order, before any of it is acted on."""
@@ -217,17 +272,12 @@ class EmulatedDevice:
             self._due, self._left = None, 0
             self._fresh, self._prediction = True, None
             return protocol.frame(Reply.ACK)
-        if op == Op.FEED:
-            for (token,) in struct.iter_unpack("<H", payload):
-                if token >> self.token_bits:  # does not fit the decoder's token port: never fed
-                    self._prediction = None
-                    return _error(Error.BAD_TOKEN)
-                output, error = self._feed(token)
-                if error is not None:
-                    self._prediction = None
-                    return _error(error)
-                self._prediction = output
-            return protocol.frame(Reply.ACK)
+        if op == Op.FEED:  # decodes for token_seconds per token fed; frames that follow wait (the FIFO fills)
+            reply, fed = self._feed_all(payload)
+            if self.token_seconds > 0 and fed:
+                self._feed_until, self._feed_reply = now + fed * self.token_seconds, reply
+                return b""
+            return reply
         if op == Op.GENERATE:
             if self._prediction is None:
                 return _error(Error.NO_PREDICTION)
@@ -249,6 +299,19 @@ class EmulatedDevice:
                 protocol.Status(self.tokens, self.cycles, self.decoder.position, flags)))
         hello = protocol.Hello(protocol.PROTOCOL_VERSION, self.vocab, self.qm.context, self.lanes)
         return protocol.frame(Reply.HELLO, protocol.hello_payload(hello))
+
+    def _feed_all(self, payload: bytes) -> tuple[bytes, int]:
+        """A FEED's tokens in order -> its reply, and how many tokens the decoder was given."""
+        for fed, (token,) in enumerate(struct.iter_unpack("<H", payload)):
+            if token >> self.token_bits:  # does not fit the decoder's token port: never fed
+                self._prediction = None
+                return _error(Error.BAD_TOKEN), fed
+            output, error = self._feed(token)
+            if error is not None:
+                self._prediction = None
+                return _error(error), fed + 1
+            self._prediction = output
+        return protocol.frame(Reply.ACK), len(payload) // 2
 
     def _generate_step(self, now: float) -> bytes:
         """Send the prediction and feed it back; after the last one (and its decode), ACK."""

@@ -10,12 +10,20 @@ Three parts run side by side, so that a RESET can stop a GENERATE that is stream
             into frames on `tx`, one whole frame at a time, so replies never interleave.
 The receiver fills the bank the executor is not reading, so a frame arriving during a FEED or
 LORA is parsed and then waits for the executor (it is never acted on before its CRC is known).
+
+While a checked frame waits, the line keeps going: every byte from `rx` is taken at once into a
+receive FIFO of `rx_depth` bytes (512: one block RAM on the ECP5 and the iCE40, room for the
+longest frame, 259 bytes, and more), which the receiver reads. A byte that finds the FIFO full
+is dropped, and so is every later one until the receiver has read all the FIFO holds and the
+line has been quiet for the frame timeout; then the frame cut short there (and any garbage) is
+discarded and one ERROR OVERFLOW is sent. Nothing is lost without an error.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -23,24 +31,27 @@ from ..rtl.decoder import status_layout, token_layout
 from . import protocol
 from .link_codes import REPLY_BYTES, REPLY_LAYOUT, Error, Op, Reply, crc8_step
 
+RX_DEPTH = 512  # bytes the receive FIFO holds while a checked frame waits (docs/protocol.md, "Bytes sent ahead")
+
 
 class HostLink(wiring.Component):
     """Protocol engine; `timeout` is the frame timeout in clock cycles (docs/protocol.md)."""
 
-    def __init__(self, *, vocab: int, context: int, lanes: int, lora_addr_bits: int, timeout: int) -> None:
+    def __init__(self, *, vocab: int, context: int, lanes: int, lora_addr_bits: int, timeout: int,
+                 rx_depth: int = RX_DEPTH) -> None:
         try:
             for name, value, low, high in (("vocab", vocab, 1, (1 << 16) - 1), ("context", context, 1, (1 << 16) - 1),
                                            ("lanes", lanes, 1, 255), ("lora_addr_bits", lora_addr_bits, 1, 24),
-                                           ("timeout", timeout, 1, 1 << 32)):
+                                           ("timeout", timeout, 1, 1 << 32), ("rx_depth", rx_depth, 2, 1 << 16)):
                 if not isinstance(value, int) or not low <= value <= high:
                     raise ValueError(f"{name} must be an integer from {low} to {high}, got {value!r}")
         except ValueError:
             self._MustUse__silence = True
             raise
-        self.vocab, self.context, self.lanes, self.timeout = vocab, context, lanes, timeout
+        self.vocab, self.context, self.lanes, self.timeout, self.rx_depth = vocab, context, lanes, timeout, rx_depth
         self.token_bits = max(1, (vocab - 1).bit_length())
         super().__init__({
-            "rx": In(stream.Signature(8)),  # bytes from UartRx
+            "rx": In(stream.Signature(8)),  # bytes from UartRx: always taken (ready is 1), into the receive FIFO
             "tx": Out(stream.Signature(8)),  # bytes to UartTx
             "tokens": Out(stream.Signature(token_layout(vocab))),
             "out": In(stream.Signature(unsigned(self.token_bits))),
@@ -49,6 +60,7 @@ class HostLink(wiring.Component):
             "generating": Out(1),  # a GENERATE is running
             "token_sent": Out(1),  # strobe: a TOKEN reply started
             "error_sent": Out(1),  # strobe: an ERROR reply started
+            "dropped": Out(1),  # strobe: a byte from rx found the receive FIFO full (or an overflow not yet reported)
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -66,13 +78,19 @@ class HostLink(wiring.Component):
         rep_valid, rep_take = Signal(), Signal()
         m.d.comb += self.generating.eq(0)
 
+        # -- receive FIFO: the line is never stalled; a byte it cannot hold starts an overflow
+        m.submodules.rx_fifo = fifo = SyncFIFOBuffered(width=8, depth=self.rx_depth)
+        lost = Signal()  # bytes were dropped: take none until the FIFO is read empty and the line is quiet
+        m.d.comb += [self.rx.ready.eq(1), fifo.w_data.eq(self.rx.payload)]
+
         # -- receiver -------------------------------------------------------------------
         quiet_count = Signal(range(self.timeout + 1))
-        quiet = Signal()
-        m.d.comb += quiet.eq(quiet_count == self.timeout)
+        line_quiet = Signal()  # no byte on the line for the timeout (the count stops there)
+        quiet = Signal()  # ... and the receiver has read all the FIFO holds
+        m.d.comb += [line_quiet.eq(quiet_count == self.timeout), quiet.eq(line_quiet & (fifo.r_level == 0))]
         with m.If(self.rx.valid):
             m.d.sync += quiet_count.eq(0)
-        with m.Elif(~quiet):
+        with m.Elif(~line_quiet):
             m.d.sync += quiet_count.eq(quiet_count + 1)
 
         op = Signal(Op, init=Op.RESET)
@@ -89,39 +107,50 @@ class HostLink(wiring.Component):
         def post(code: Error) -> list:
             return [err_pending.eq(1), err_code.eq(code)]
 
-        byte = self.rx.payload
+        byte = fifo.r_data
+        got = fifo.r_rdy  # a byte to parse (rx_ready below takes it)
+        rx_ready = fifo.r_en
         m.d.comb += [wr.addr.eq(Cat(count, wbank)), wr.data.eq(byte)]
         with m.FSM(name="receiver"):
             with m.State("IDLE"):
-                m.d.comb += self.rx.ready.eq(1)
-                with m.If(self.rx.valid):
+                m.d.comb += rx_ready.eq(1)
+                with m.If(got):
                     with m.If(byte == protocol.SYNC):
                         m.d.sync += crc.eq(0)
                         m.next = "OP"
                     with m.Else():
                         m.d.sync += garbage.eq(1)
+                with m.Elif(quiet & lost):
+                    m.d.sync += lost.eq(0)
+                    m.next = "OVERFLOW"
                 with m.Elif(quiet & garbage & can_post & ~err_pending):
                     m.d.sync += [*post(Error.GARBAGE), garbage.eq(0)]
             with m.State("OP"):
-                m.d.comb += self.rx.ready.eq(1)
-                with m.If(self.rx.valid):
+                m.d.comb += rx_ready.eq(1)
+                with m.If(got):
                     m.d.sync += [op.eq(byte), crc.eq(crc8_step(crc, byte))]
                     m.next = "LEN"
+                with m.Elif(quiet & lost):
+                    m.d.sync += lost.eq(0)
+                    m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
             with m.State("LEN"):
-                m.d.comb += self.rx.ready.eq(1)
-                with m.If(self.rx.valid):
+                m.d.comb += rx_ready.eq(1)
+                with m.If(got):
                     m.d.sync += [length.eq(byte), crc.eq(crc8_step(crc, byte)), count.eq(0), head.eq(0),
                                  nonzero.eq(0)]
                     m.next = "CRC"
                     with m.If(byte != 0):
                         m.next = "PAYLOAD"
+                with m.Elif(quiet & lost):
+                    m.d.sync += lost.eq(0)
+                    m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
             with m.State("PAYLOAD"):
-                m.d.comb += self.rx.ready.eq(1)
-                with m.If(self.rx.valid):
+                m.d.comb += rx_ready.eq(1)
+                with m.If(got):
                     m.d.comb += wr.en.eq(1)
                     m.d.sync += [crc.eq(crc8_step(crc, byte)), count.eq(count + 1), nonzero.eq(nonzero | (byte != 0))]
                     for i in range(3):
@@ -129,18 +158,28 @@ class HostLink(wiring.Component):
                             m.d.sync += head[8 * i:8 * i + 8].eq(byte)
                     with m.If(count == length - 1):
                         m.next = "CRC"
+                with m.Elif(quiet & lost):
+                    m.d.sync += lost.eq(0)
+                    m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
             with m.State("CRC"):
-                m.d.comb += self.rx.ready.eq(1)
-                with m.If(self.rx.valid):
+                m.d.comb += rx_ready.eq(1)
+                with m.If(got):
                     m.d.sync += crc.eq(crc8_step(crc, byte))  # over the whole frame with its CRC: 0 if intact
                     m.next = "CHECK"
+                with m.Elif(quiet & lost):
+                    m.d.sync += lost.eq(0)
+                    m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
             # a frame stopped part-way: it and any garbage before it make one error
             with m.State("TIMEOUT"), m.If(can_post & ~err_pending):
                 m.d.sync += [*post(Error.TIMEOUT), garbage.eq(0)]
+                m.next = "IDLE"
+            # bytes were dropped after what the FIFO held: the frame cut short there and any garbage make one error
+            with m.State("OVERFLOW"), m.If(can_post & ~err_pending):
+                m.d.sync += [*post(Error.OVERFLOW), garbage.eq(0)]
                 m.next = "IDLE"
             with m.State("CHECK"):
                 known, length_ok = Signal(), Signal()
@@ -164,6 +203,14 @@ class HostLink(wiring.Component):
                     with m.If(cmd_ready):
                         m.d.sync += wbank.eq(~wbank)
                         m.next = "IDLE"
+
+        # the FIFO's write side, after the receiver: a byte dropped in the cycle that clears `lost` sets it again
+        with m.If(self.rx.valid):
+            with m.If(fifo.w_rdy & ~lost):
+                m.d.comb += fifo.w_en.eq(1)
+            with m.Else():
+                m.d.sync += lost.eq(1)
+                m.d.comb += self.dropped.eq(1)
 
         # -- executor -------------------------------------------------------------------
         tb = self.token_bits

@@ -40,6 +40,7 @@ class Error(enum.Enum, shape=8):
     TIMEOUT = protocol.Error.TIMEOUT.value
     GARBAGE = protocol.Error.GARBAGE.value
     BUSY = protocol.Error.BUSY.value
+    OVERFLOW = protocol.Error.OVERFLOW.value
     CONTEXT_FULL = protocol.Error.CONTEXT_FULL.value
     BAD_TOKEN = protocol.Error.BAD_TOKEN.value
     NO_PREDICTION = protocol.Error.NO_PREDICTION.value

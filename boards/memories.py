@@ -21,6 +21,7 @@ from ..rtl.plan import HardwarePlan, kv_bank_shapes, table_shapes, weight_bank_s
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
+from .host_link import RX_DEPTH
 
 if TYPE_CHECKING:
     from .parts import Part
@@ -139,4 +140,6 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     for name, n in (("act", max(cfg.d_model, qdim)), ("hid", cfg.ffn), ("qrot", qdim), ("probs", qm.context)):
         mems.append(BlockMemory(name, "buffers", chunks(n), lanes * ACT_BITS))
     mems.append(BlockMemory("host_link.buffer", "buffers", 512, 8))  # boards/host_link.py: two payload banks
+    # the receive FIFO (SyncFIFOBuffered: a memory of depth - 1 entries and an output register)
+    mems.append(BlockMemory("host_link.rx_fifo", "buffers", RX_DEPTH - 1, 8))
     return mems

@@ -48,6 +48,7 @@ class Error(enum.IntEnum):
     TIMEOUT = 0x04  # a frame stopped arriving part-way: the line was quiet for the frame timeout
     GARBAGE = 0x05  # bytes that are not a frame's SYNC arrived while waiting for a frame
     BUSY = 0x06  # a command other than RESET arrived while GENERATE was running
+    OVERFLOW = 0x07  # the receive buffer was full: bytes were dropped up to the next quiet line
     CONTEXT_FULL = 0x10  # the decoder's context is full; RESET starts a new sequence
     BAD_TOKEN = 0x11  # a fed token id is outside the vocabulary; RESET clears it
     NO_PREDICTION = 0x12  # GENERATE before any FEED since RESET: there is nothing to continue

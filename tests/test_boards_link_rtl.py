@@ -1,0 +1,125 @@
+"""The board's host link as RTL, through its UART pins under cocotb + Verilator (boards/tb_link.py): the receive
+FIFO and its overflow rule, a bounded soak, the real DeviceClient, and the emulator compared reply for reply.
+
+One Verilator build and one simulator run serve all five testcases (they take about a minute together); each
+pytest test below reports one testcase. The pure-Python tests at the end pin the emulator's side of the FIFO rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+from random_ir import random_adapters, random_ir
+
+from hardwire.boards import protocol
+from hardwire.boards.emulator import EmulatedDevice
+from hardwire.boards.host_link import RX_DEPTH
+from hardwire.quant.quantize import quantize
+from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+TESTCASES = ["rx_buffer", "rx_overflow", "soak", "client", "differential"]
+SOAK = {"seed": 16, "random_bytes": 3000, "frames": 150, "prompt": [2, 9, 4], "n": 8}
+LANES = 8
+
+
+@functools.cache
+def _qm():
+    """Tiny and fast to build, with a 64-token context (so that a FEED of 56 tokens decodes longer than the 642 bytes
+    of the overflow testcase take on the line) and varied tokens (GPT-2 style, this seed: a LoRA adapter changes them)."""
+    ir = random_ir(family="gpt2", d=16, heads=2, kv_heads=2, ffn=24, vocab=20, context=64, layers=1, seed=0)
+    return quantize(ir, "int8", context=64)
+
+
+@pytest.fixture(scope="module")
+def link_sim(tmp_path_factory) -> dict:
+    from hardwire.boards.sim_board import BoardSim
+
+    qm = _qm()
+    start = time.time()
+    sim = BoardSim(qm, tmp_path_factory.mktemp("link_rtl"), lanes=LANES)
+    adapters = [{"layer": layer, "site": site, "a": a.a.tolist(), "b": a.b.tolist(), "a_mult": a.a_mult,
+                 "a_shift": a.a_shift, "b_mult": a.b_mult, "b_shift": a.b_shift}
+                for (layer, site), a in random_adapters(qm, 4).items()]
+    spec = {"long_prompt": [(7 * i + 3) % qm.config.vocab_size for i in range(56)], "rx_depth": RX_DEPTH,
+            "token_cycles": cycles_per_token_estimate(qm, HardwarePlan(rows=1, lanes=LANES), 0), "soak": SOAK,
+            "client": {"prompt": [5, 1, 17], "adapters": adapters}}
+    built = time.time()
+    results = sim.run(TESTCASES, spec)
+    print(f"\nhost link RTL: build {built - start:.1f} s, five testcases {time.time() - built:.1f} s; "
+          f"soak {results['soak']}")
+    return results
+
+
+def _check(link_sim: dict, name: str) -> dict:
+    result = link_sim[name]
+    assert result["passed"], f"cocotb testcase {name} failed: {result['failure']}"
+    return result
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_frames_sent_during_a_feed_are_buffered(link_sim):
+    result = _check(link_sim, "rx_buffer")
+    assert all(w > 0 for w in result["first_reply_after_last_byte_cycles"][1:])
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_overflow_is_reported_once(link_sim):
+    result = _check(link_sim, "rx_overflow")
+    feed = 4 + 2 * 56  # the FEED frame; then the held HELLO, then what the FIFO holds, then the dropped bytes
+    assert result["answered"] == 130 and result["dropped"] == result["sent"] - feed - 4 - RX_DEPTH == 10
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_uart_soak(link_sim):
+    result = _check(link_sim, "soak")
+    assert result["random_bytes"] >= SOAK["random_bytes"] and result["valid_frames"] >= SOAK["frames"]
+    print(f"soak: {result}")
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_device_client_against_the_rtl(link_sim):
+    _check(link_sim, "client")
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_emulator_and_rtl_answer_alike(link_sim):
+    _check(link_sim, "differential")
+
+
+# -- the emulator's receive FIFO, without a simulator ---------------------------------------------------------------
+
+def _replies(data: bytes) -> list[str]:
+    return [str(r) for r in protocol.FrameParser().push(data)]
+
+
+def test_emulator_buffers_then_reports_overflow():
+    """A FEED decoding for 1 s; behind it one frame waits, the FIFO holds rx_depth bytes, the rest is dropped:
+    the held frames are answered after the FEED's ACK, then one ERROR OVERFLOW once the line is quiet."""
+    qm = _qm()
+    dev = EmulatedDevice(qm, lanes=LANES, frame_timeout=0.01, token_seconds=0.5, rx_depth=16)
+    t = 0.0
+    out = dev.receive(b"".join(protocol.feed([1, 2])), t)
+    for byte in protocol.hello() * 6:  # one held, four in the FIFO (16 bytes), one dropped
+        t += 0.001
+        out += dev.receive(bytes([byte]), t)
+    assert out == b"" and dev.dropped == 4
+    assert dev.next_event() == 1.0
+    out = dev.poll(1.0)
+    hello = str(protocol.Response(protocol.Reply.HELLO, protocol.hello_payload(protocol.Hello(1, 20, 64, LANES))))
+    assert _replies(out) == ["ACK ", *[hello] * 5, "ERROR OVERFLOW"]  # the line has long been quiet
+    assert dev.next_event() is None and dev.dropped == 4
+    assert _replies(dev.receive(protocol.hello(), 2.0)) == [hello]  # taken again after the report
+
+
+def test_emulator_without_decode_time_never_overflows():
+    """token_seconds 0 (the default, `hardwire emulate`): nothing waits, so any amount of bytes is taken."""
+    dev = EmulatedDevice(_qm(), lanes=LANES, rx_depth=16)
+    out = dev.receive(b"".join(protocol.feed([1, 2])) + protocol.hello() * 50, 0.0)
+    assert len(protocol.FrameParser().push(out)) == 51 and dev.dropped == 0
