@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", type=Path, help="model.onnx, or a Hugging Face folder (exported into OUT/onnx)")
     comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8",
                       help="weight scheme (default int8)")
-    comp.add_argument("--avg-bits", type=float, default=4.0, help="mixed36 budget in bits per weight (default 4.0)")
+    comp.add_argument("--avg-bits", type=float, default=4.0,
+                      help="mixed36 budget in bits per weight, codes and scales together (default 4.0)")
     comp.add_argument("--rows", type=_rows_option, default=1,
                       help="output rows computed at once, each on its own weight bank (default 1); auto: the "
                            "fastest shape (rows, lanes, attention rows) whose block RAM and multipliers fit --board")
