@@ -46,7 +46,7 @@ def test_hf_llama_gqa_token_exact(exported, tmp_path, scheme, storage):
     """Each scheme once and each storage at least once: mixed36 (int3 and int6 tensors, two word formats) as logic."""
     ir = _hf_ir(exported, "llama-gqa-untied")
     assert ir.config.n_kv_heads < ir.config.n_heads  # grouped-query attention
-    qm = quantize(ir, scheme, context=16, **scheme_options(scheme))
+    qm = quantize(ir, scheme, context=16)  # mixed36 at its default 4.0 bits: a fifth of the weights at 6 bits
     compile_to(qm, tmp_path, lanes=8, storage=storage, progress=False)
     result = simulate(tmp_path, [5, 61, 2], 8, seed=1, idle=0.2, stall=0.3, optimise=False, progress=False)
     assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
