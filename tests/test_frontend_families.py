@@ -28,15 +28,21 @@ def _same(array: np.ndarray, tensor: torch.Tensor) -> bool:
     return np.array_equal(array, tensor.detach().numpy())
 
 
+def _proven(exported, name: str) -> tuple[torch.nn.Module, object]:
+    """(the HF model, its ModelIR) for an exported family, whose proof against onnxruntime must pass."""
+    model, path = exported(name)
+    ir = load(path)
+    assert ir.proof.passed, ir.proof.summary()
+    return model, ir
+
+
 def _shape(cfg) -> tuple:
     return (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn)
 
 
 def test_gpt_neox(exported):
-    model, path = exported("neox")
-    ir = load(path)
+    model, ir = _proven(exported, "neox")
     cfg = ir.config
-    assert ir.proof.passed
     assert _shape(cfg) == (96, 64, 2, 4, 4, 16, 128)
     assert (cfg.norm, cfg.activation, cfg.positions, cfg.rope_theta, cfg.tied_head) == \
         ("layer", "gelu", "rope", 10000.0, False)
@@ -54,10 +60,8 @@ def test_gpt_neox(exported):
 
 
 def test_phi(exported):
-    model, path = exported("phi")
-    ir = load(path)
+    model, ir = _proven(exported, "phi")
     cfg = ir.config
-    assert ir.proof.passed
     assert _shape(cfg) == (96, 64, 2, 4, 4, 16, 128)
     assert (cfg.norm, cfg.activation, cfg.positions, cfg.tied_head) == ("layer", "gelu_tanh", "rope", False)
     assert (cfg.parallel_residual, cfg.shared_norm, cfg.rotary_dims) == (True, True, 8)
@@ -72,10 +76,8 @@ def test_phi(exported):
 
 
 def test_gemma(exported):
-    model, path = exported("gemma")
-    ir = load(path)
+    model, ir = _proven(exported, "gemma")
     cfg = ir.config
-    assert ir.proof.passed
     assert _shape(cfg) == (96, 64, 2, 4, 1, 24, 96)  # head_dim 24 != 64 / 4, one kv head
     assert (cfg.norm, cfg.activation, cfg.positions, cfg.features) == ("rms", "gelu_tanh_glu", "rope", ())
     assert cfg.folded == ("embedding scale 8 (into the table)",)
@@ -110,10 +112,8 @@ def test_gpt_neo(exported):
 
 
 def test_opt(exported):
-    model, path = exported("opt")
-    ir = load(path)
+    model, ir = _proven(exported, "opt")
     cfg = ir.config
-    assert ir.proof.passed
     assert _shape(cfg) == (96, 64, 2, 4, 4, 16, 128)
     assert (cfg.norm, cfg.activation, cfg.positions, cfg.context, cfg.features) == ("layer", "relu", "learned", 64, ())
     assert cfg.folded == ("position offset 2 (table sliced from row 2)",)
