@@ -39,11 +39,14 @@ def _keep(name: str, value: torch.Tensor) -> torch.Tensor:
 
 
 def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer, name: str,
-          transform: Transform = _keep) -> torch.Tensor:
+          transform: Transform = _keep, also: str | None = None) -> torch.Tensor:
+    """`also`: a second site this norm's output is (a shared norm feeds the MLP too: its calibration site)."""
     if kind == "layer":
         x = x - x.mean(-1, keepdim=True)
     normed = transform(name, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
     observe(name, normed)  # before the gain: the gain folds into the next projection's weights
+    if also is not None:
+        observe(also, normed)
     out = normed * _t(norm.weight)
     return out if norm.bias is None else out + _t(norm.bias)
 
@@ -134,7 +137,8 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     windows = cfg.attn_windows or (None,) * cfg.n_layers
     raw = "_raw" if cfg.positions == "rope" else ""  # q and k before RoPE
     for i, layer in enumerate(ir.layers):
-        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm", transform)
+        shared = f"layers.{i}.mlp_norm" if cfg.shared_norm else None
+        h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.attn_norm", transform, shared)
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)

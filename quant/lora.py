@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .fixedpoint import multiplier
+from .partial_rotary import qk_row_order
 from .qmodel import QModel
 from .reference import LoraAdapter
 from .weights import QuantizationError
@@ -37,6 +38,9 @@ def quantize_lora(qm: QModel, layer: int, site: str, a: np.ndarray, b: np.ndarra
                                 f"B ({out_features}, {rank}); got A {a.shape} and B {b.shape}")
     if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(alpha)) or alpha < 0:
         raise QuantizationError(f"LoRA for layers.{layer}.{site} needs finite A and B and a finite alpha >= 0")
+    if site in ("q", "k"):  # partial rotary: the chip holds q and k's rows in its RoPE unit's order
+        order = qk_row_order(qm.config, out_features // qm.config.head_dim)
+        b = b if order is None else b[order]
     in_steps, out_steps = (np.asarray(v) for v in qm.steps[f"layers.{layer}.{site}"])
     a_codes, s_a = _codes(np.asarray(a, np.float64) * in_steps[None, :])  # A sees integer inputs
     b_codes, s_b = _codes(np.asarray(b, np.float64) / out_steps[:, None])  # B writes output units

@@ -19,6 +19,7 @@ from .calibrate import Calibration, calibrate, self_generated
 from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
 from .gptq import gptq
+from .partial_rotary import reorder_rotary_rows
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
 from .tables import (
     EXP_STEP,
@@ -266,8 +267,10 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
 
 
 QUANT_ACTIVATIONS = ("silu_glu", "gelu_tanh_glu", "gelu", "gelu_tanh", "relu")  # each one 256-entry table
-SUPPORTED_FEATURES = ("sequential pre-norm blocks", "RoPE on every head dim or learned positions", "causal attention",
-                      f"activations {', '.join(QUANT_ACTIVATIONS)}")
+SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)",
+                      "RoPE on every head dim or the first ones (partial rotary), or learned positions",
+                      "causal attention", f"activations {', '.join(QUANT_ACTIVATIONS)}")
+IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary")  # ModelConfig.features the chip has
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -278,7 +281,7 @@ def check_supported(ir: ModelIR, context: int) -> None:
     (GPT-Neo's local layers over a context up to their window): it is refused only where the window would bite.
     """
     cfg = ir.config
-    missing = [f for f in cfg.features if not f.startswith("windowed attention")]
+    missing = [f for f in cfg.features if not f.startswith(("windowed attention", *IMPLEMENTED_FEATURES))]
     windows = [w for w in cfg.attn_windows or () if w is not None]
     if windows and context > min(windows):
         window = next(f for f in cfg.features if f.startswith("windowed attention"))
@@ -324,9 +327,10 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     raw_frac = ROPE_IN_FRAC if cfg.positions == "rope" else 0  # q, k into RoPE: int12 at a 16x finer step
     raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
     norm_bits = 8 + NORM_OUT_FRAC  # every norm output, so every projection that reads one: int12
-    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(folded).items()}
+    stored = reorder_rotary_rows(folded)  # partial rotary: q and k's rows in the RoPE unit's pairs
+    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(stored).items()}
     layers = []
-    for i, layer in enumerate(folded.layers):
+    for i, layer in enumerate(stored.layers):
         n = f"layers.{i}"
 
         def lin(part: str, s_out: np.ndarray, out_bits: int, in_bits: int = norm_bits, n: str = n,
@@ -362,7 +366,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                     np.broadcast_to(out_step(i, p), lin.codes.shape[:1]).tolist())
                 for i, layer in enumerate(layers) for p in _PROJECTIONS if (lin := getattr(layer, p)) is not None}
     if cfg.positions == "rope":
-        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context)
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context, cfg.rotary_dims)
     else:
         cos = sin = torch.zeros((0, cfg.head_dim // 2), dtype=torch.int64)
     pos = None

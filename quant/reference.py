@@ -100,9 +100,14 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         valid = torch.arange(k.shape[1])[None, :] <= positions[:, None]  # (p, t): causal
         y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
                              f"{name}.attention")
-        x = saturate(x + linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o"))), 16)
-        a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
-                        qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
+        attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))
+        if cfg.parallel_residual and not cfg.shared_norm:  # the MLP reads the block's input too, through its norm
+            a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
+                            qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
+        x = saturate(x + attn_out, 16)
+        if not cfg.parallel_residual:  # sequential: the MLP reads the residual after attention
+            a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
+                            qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
         up = linear(a, layer.up, f"{name}.up", lora.get((i, "up")))
         if layer.gate is not None:
             gate = linear(a, layer.gate, f"{name}.gate", lora.get((i, "gate")))

@@ -79,12 +79,18 @@ def gelu_table(in_scale: float, out_scale: float, approximate: bool | str) -> to
     return torch.tensor([_int8(gelu(c * in_scale) / out_scale) for c in range(-128, 128)], dtype=torch.int64)
 
 
-def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin in Q14, shape (positions, head_dim // 2): angle(p, i) = p * theta**(-2i / head_dim)."""
-    half = head_dim // 2
-    cos = [[_round(math.cos(p * theta ** (-2 * i / head_dim)) * (1 << ROPE_BITS)) for i in range(half)]
-           for p in range(positions)]
-    sin = [[_round(math.sin(p * theta ** (-2 * i / head_dim)) * (1 << ROPE_BITS)) for i in range(half)]
-           for p in range(positions)]
+def rope_tables(head_dim: int, theta: float, positions: int,
+                rotary_dims: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin in Q14, shape (positions, head_dim // 2): angle(p, i) = p * theta**(-2i / rotary_dims) for the
+    rotary_dims // 2 rotated pairs (all of them by default); a pair past them is passed through (cos 1, sin 0:
+    partial rotary, quant/partial_rotary.py)."""
+    half, rd = head_dim // 2, rotary_dims or head_dim
+
+    def entry(fn, p: int, i: int) -> int:
+        return _round(fn(p * theta ** (-2 * i / rd)) * (1 << ROPE_BITS)) if i < rd // 2 else \
+            (1 << ROPE_BITS if fn is math.cos else 0)
+
+    cos = [[entry(math.cos, p, i) for i in range(half)] for p in range(positions)]
+    sin = [[entry(math.sin, p, i) for i in range(half)] for p in range(positions)]
     return torch.tensor(cos, dtype=torch.int64).reshape(positions, half), \
         torch.tensor(sin, dtype=torch.int64).reshape(positions, half)

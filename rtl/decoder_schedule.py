@@ -29,12 +29,17 @@ def build_schedule(dp: Datapath) -> object:
         _idle_state(dp)
         to_norm = (dp.resid_new[0], dp.resid_took, dp.resid_beat)
         learned = dp.pos_store is not None
-        _embed_states(dp, dp.embed, dp.embed_scale, dp.token, "EMBED", "POS_READ" if learned else "L0_NORM_ATTN",
+        _embed_states(dp, dp.embed, dp.embed_scale, dp.token, "EMBED", "POS_READ" if learned else "L0_START",
                       add=False, to_norm=None if learned else to_norm)
         if learned:
-            _embed_states(dp, dp.pos_store, dp.pos_scale, dp.position, "POS", "L0_NORM_ATTN", add=True,
+            _embed_states(dp, dp.pos_store, dp.pos_scale, dp.position, "POS", "L0_START", add=True,
                           to_norm=to_norm)
         for i in range(cfg.n_layers):
+            with m.State(f"L{i}_START"):
+                m.d.sync += dp.layer_sel.eq(i)
+                m.next = f"L{i}_NORM_MLP_RUN" if cfg.parallel_residual else f"L{i}_NORM_ATTN_RUN"
+            if cfg.parallel_residual:
+                _parallel_mlp_states(dp, i)
             _attention_states(dp, i)
             for h in range(cfg.n_heads):
                 _head_states(dp, i, h)
@@ -70,17 +75,37 @@ def _idle_state(dp: Datapath) -> None:
                 m.d.sync += [dp.context_full.eq(1), dp.busy.eq(0)]
             with m.Else():
                 m.d.sync += [dp.token.eq(tokens.payload.token), dp.emb_i.eq(0), dp.emb_o.eq(0),
-                             *norm_start(dp, "attn0"), dp.norm_fused.eq(1)]
+                             *norm_start(dp, first_norm(dp, 0)), dp.norm_fused.eq(1)]
                 m.next = "EMBED_READ"
 
 
+def first_norm(dp: Datapath, i: int) -> str:
+    """The norm site a residual update into layer i loads: the attention's, or a parallel block's MLP norm (its
+    attention norm then runs from the residual memory: both read the block's input)."""
+    cfg = dp.qm.config
+    return f"mlp{i}" if cfg.parallel_residual and not cfg.shared_norm else f"attn{i}"
+
+
+def _parallel_mlp_states(dp: Datapath, i: int) -> None:
+    """A parallel block's MLP before its attention: the MLP norm, gate / up into the hidden buffer, which
+    attention leaves alone; DOWN runs after O. With one shared norm, the attention reads the same activations,
+    which gate and up leave in place; with two, the attention norm then reads the residual, still the block's
+    input. The sums are the reference's: saturate(saturate(x + o) + down)."""
+    n, cfg, c_d = f"layers.{i}", dp.qm.config, dp.chunks(dp.d)
+    _norm_state(dp, f"L{i}_NORM_MLP_RUN", first_norm(dp, i), f"L{i}_GATE" if dp.gated else f"L{i}_UP")
+    if dp.gated:
+        _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=cfg.ffn, chunks=c_d, mode=Mode.GATE,
+                                                         src=Source.ACT))
+    _mv_state(dp, f"L{i}_UP", f"L{i}_Q" if cfg.shared_norm else f"L{i}_NORM_ATTN_RUN",
+              start_mv(dp, f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP, src=Source.ACT))
+
+
 def _attention_states(dp: Datapath, i: int) -> None:
-    """Layer i up to its heads: the norm, Q, K and V, with q and k rotated (or copied) into place."""
+    """Layer i up to its heads: the norm (unless a shared one ran), Q, K and V, with q and k rotated (or copied)
+    into place."""
     m, n, c_d = dp.m, f"layers.{i}", dp.chunks(dp.d)
-    with m.State(f"L{i}_NORM_ATTN"):
-        m.d.sync += dp.layer_sel.eq(i)
-        m.next = f"L{i}_NORM_ATTN_RUN"
-    _norm_state(dp, f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
+    if not dp.qm.config.shared_norm:
+        _norm_state(dp, f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
     q = start_mv(dp, f"{n}.q", rows=dp.qdim, chunks=c_d, mode=Mode.Q, src=Source.ACT)
     k = start_mv(dp, f"{n}.k", rows=dp.kvdim, chunks=c_d, mode=Mode.K, src=Source.ACT)
     if dp.rope is not None:
@@ -124,19 +149,24 @@ def _head_states(dp: Datapath, i: int, h: int) -> None:
 
 def _mlp_states(dp: Datapath, i: int) -> None:
     """Layer i after its heads: O into the residual (loading the MLP norm), the norm, gate / up, down (loading the
-    next layer's norm, or the final one)."""
+    next layer's first norm, or the final one). A parallel block ran its norm, gate and up before the attention:
+    O only adds."""
     n, cfg, c_d = f"layers.{i}", dp.qm.config, dp.chunks(dp.d)
-    nxt_layer = f"L{i + 1}_NORM_ATTN" if i + 1 < cfg.n_layers else "FINAL_NORM"
+    nxt_layer = f"L{i + 1}_START" if i + 1 < cfg.n_layers else "FINAL_NORM"
     o = start_mv(dp, f"{n}.o", rows=dp.d, chunks=dp.chunks(dp.qdim), mode=Mode.RESID, src=Source.ACT)
-    _mv_state(dp, f"L{i}_O", f"L{i}_NORM_MLP", _feeding_norm(dp, o, f"mlp{i}"))
-    _norm_state(dp, f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if dp.gated else f"L{i}_UP")
-    if dp.gated:
-        _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=cfg.ffn, chunks=c_d, mode=Mode.GATE,
+    if cfg.parallel_residual:
+        _mv_state(dp, f"L{i}_O", f"L{i}_DOWN", o)
+    else:
+        _mv_state(dp, f"L{i}_O", f"L{i}_NORM_MLP", _feeding_norm(dp, o, f"mlp{i}"))
+        _norm_state(dp, f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if dp.gated else f"L{i}_UP")
+        if dp.gated:
+            _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=cfg.ffn, chunks=c_d,
+                                                             mode=Mode.GATE, src=Source.ACT))
+        _mv_state(dp, f"L{i}_UP", f"L{i}_DOWN", start_mv(dp, f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP,
                                                          src=Source.ACT))
-    _mv_state(dp, f"L{i}_UP", f"L{i}_DOWN", start_mv(dp, f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP,
-                                                     src=Source.ACT))
     down = start_mv(dp, f"{n}.down", rows=dp.d, chunks=dp.chunks(cfg.ffn), mode=Mode.RESID, src=Source.HID)
-    _mv_state(dp, f"L{i}_DOWN", nxt_layer, _feeding_norm(dp, down, f"attn{i + 1}" if i + 1 < cfg.n_layers else "final"))
+    _mv_state(dp, f"L{i}_DOWN", nxt_layer,
+              _feeding_norm(dp, down, first_norm(dp, i + 1) if i + 1 < cfg.n_layers else "final"))
 
 
 def _norm_state(dp: Datapath, name: str, key: str, nxt: str) -> None:

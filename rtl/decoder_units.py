@@ -115,7 +115,9 @@ def build_units(dp: Datapath) -> None:
     m.submodules.embed_rescale = dp.emb_rescale = Rescale(8 + 24 + 1, 16)
     norm_sites = {}
     for i, layer in enumerate(qm.layers):
-        norm_sites[f"attn{i}"], norm_sites[f"mlp{i}"] = layer.attn_norm, layer.mlp_norm
+        norm_sites[f"attn{i}"] = layer.attn_norm
+        if not cfg.shared_norm:  # one norm for both sublayers (Phi): its activations serve the MLP too
+            norm_sites[f"mlp{i}"] = layer.mlp_norm
     norm_sites["final"] = qm.final_norm
     dp.norm_names = list(norm_sites)
     dp.norm_unit = NormUnit(dp.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)

@@ -166,12 +166,32 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
         tail = norm + (RESID_STAGE if loaded_by_product else 0)
         return Phase("norm", name, 0, tail, tail - plan.chunks_of(d, plan.vector_lanes))
 
+    def mlp_phases(i: int, layer: object, sites: tuple[str, ...]) -> list[Phase]:
+        out = []
+        for site in sites:
+            lin = getattr(layer, site)
+            if lin is None:
+                continue
+            if site in qm.lora.sites and qm.lora.rank:
+                out.append(_matvec("lora_a", f"layers.{i}.{site}.lora_a", qm.lora.rank, lin.codes.shape[1], 1, plan,
+                                   macs=False))
+            drain = (2 if cfg.gated else 1) if site == "up" else 0  # the MLP's table after the rows
+            out.append(_matvec("matvec", f"layers.{i}.{site}", *lin.codes.shape, rows, plan, drain=drain,
+                               width=epilogue_width(qm, plan, site)))
+        return out
+
     # the embedding (and learned positions) row: per word a read, `lanes` elements into the rescale, a hand-over
     passes = 2 if cfg.positions == "learned" else 1
     phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
     for i, layer in enumerate(qm.layers):
         prefix = f"layers.{i}"
-        phases.append(norm_phase(f"{prefix}.attn_norm", i > 0))  # the first is loaded by the embedding, the others by DOWN
+        if cfg.parallel_residual:  # the MLP's norm, gate and up first; then the attention norm from the residual memory
+            phases.append(norm_phase(f"{prefix}.{'attn' if cfg.shared_norm else 'mlp'}_norm", i > 0))
+            phases += mlp_phases(i, layer, ("gate", "up"))
+            if not cfg.shared_norm:  # a cycle to start it, one to hand over, an element per cycle in, then its tail
+                phases.append(Phase("norm", f"{prefix}.attn_norm", 0, 2 + d + norm, 2 + norm))
+        else:
+            phases.append(norm_phase(f"{prefix}.attn_norm", i > 0))  # loaded by the embedding, or by DOWN
         for site in ("q", "k", "v"):
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
@@ -192,18 +212,11 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             tail = 22 + SKID_LATENCY  # the last score through the softmax's input register, then its fixed steps
             phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + tail, tail))
             phases.append(_matvec("pv", f"{prefix}.head{h}.pv", hd, n, attn, plan))
-        for site in ("o", "gate", "up", "down"):
-            lin = getattr(layer, site)
-            if lin is None:
-                continue
-            if site in qm.lora.sites and qm.lora.rank:
-                phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, lin.codes.shape[1], 1, plan,
-                                      macs=False))
-            drain = (2 if cfg.gated else 1) if site == "up" else 0  # the MLP's table after the rows
-            phases.append(_matvec("matvec", f"{prefix}.{site}", *lin.codes.shape, rows, plan, drain=drain,
-                                  width=epilogue_width(qm, plan, site)))
-            if site == "o":
-                phases.append(norm_phase(f"{prefix}.mlp_norm", True))
+        phases += mlp_phases(i, layer, ("o",))
+        if not cfg.parallel_residual:
+            phases.append(norm_phase(f"{prefix}.mlp_norm", True))
+            phases += mlp_phases(i, layer, ("gate", "up"))
+        phases += mlp_phases(i, layer, ("down",))
     phases.append(norm_phase("final_norm", True))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, ARGMAX_LATENCY + 1, ARGMAX_LATENCY + 1))  # its stages; the token out

@@ -61,6 +61,20 @@ def test_hf_gpt2_token_exact(exported, tmp_path):
     assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
 
 
+@pytest.mark.parametrize("family,scheme", [
+    ("neox", "int8"), ("neox", "mxfp4"), ("phi", "int8"), ("phi", "mixed36"), ("gemma", "int8"), ("gemma", "mxfp4"),
+    ("opt", "int8"), ("opt", "mixed36"), ("gpt-neo", "int8"), ("gpt-neo", "mxfp4")])
+def test_hf_family_token_exact(exported, tmp_path, family, scheme):
+    """Each family of docs/frontend.md, int8 and a 4-bit scheme: GPT-NeoX's parallel block with two norms and a
+    quarter of each head rotated, Phi's with one norm and half rotated, Gemma's GELU-tanh gate, single kv head and
+    heads of 24 (4 x 24 = 96 over a residual of 64), OPT's ReLU table, GPT-Neo's q folded with its score scale (its
+    window of 40 lies past this context: tests/test_rtl_decoder.py decodes past a window)."""
+    qm = quantize(_hf_ir(exported, family), scheme, context=16)
+    compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
+    result = simulate(tmp_path, [5, 17, 3], 8, seed=6, idle=0.2, stall=0.2, optimise=False, progress=False)
+    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
+
+
 @pytest.mark.xdist_group("bundled_int8")
 def test_bundled_model_generates_16_tokens(bundled_int8, tmp_path):
     """16 tokens keep the suite within 15 minutes; the reference's own golden test runs 32, `make demo` simulates 32."""
@@ -229,20 +243,23 @@ def test_icarus_decodes_the_reference_tokens(small_build):
     assert result.match and result.tokens == result.reference_tokens
 
 
-@pytest.mark.parametrize("family,scheme,rows,lanes,options", [
-    ("llama", "mixed36", 4, 4, {}),
-    ("gpt2", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4, "dsp_rows": 5}),
-    ("llama", "int8", 16, 2, {"epilogue_lanes": 2, "attention_rows": 2, "softmax_lanes": 2}),
+@pytest.mark.parametrize("family,block,scheme,rows,lanes,options", [
+    ("llama", "shared", "mixed36", 4, 4, {}),
+    ("gpt2", "parallel", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4, "dsp_rows": 5}),
+    ("llama", "sequential", "int8", 16, 2, {"epilogue_lanes": 2, "attention_rows": 2, "softmax_lanes": 2}),
 ])
-def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, scheme, rows, lanes, options):
+def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, block, scheme, rows, lanes, options):
     """The schedule (rtl/plan.py) predicts every token's cycles exactly, at every position, for several shapes
     of the engine: attention on all 4 rows (4 divides the head width 8), on 2 of 8, on 2 of 16; 8 rows over 4
     chunks make the engine wait for the epilogue; a softmax on 4 lanes; the last 3 of those 8 rows multiply 5-bit
     MXFP4 codes by shift-add; the 16 rows hand their sums on two per cycle (the 40 logits, the residual, the GLU
-    and the scores into the softmax in beats of two), in the Verilog that Verilator runs."""
+    and the scores into the softmax in beats of two), in the Verilog that Verilator runs. The blocks: Phi's (one
+    norm, parallel sublayers, half of each head rotated), GPT-NeoX's (two norms, the attention's from the residual
+    memory) and the sequential one."""
     from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
-    ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24)
+    ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24,
+                   block=block, rotary_dims=4 if block == "shared" else None)
     qm = quantize(ir, scheme, context=24, **scheme_options(scheme))
     compile_to(qm, tmp_path, rows=rows, lanes=lanes, storage="rom", progress=False, **options)
     result = simulate(tmp_path, [3, 9, 27], 14, seed=5, idle=0.0, stall=0.0, optimise=False, progress=False)
