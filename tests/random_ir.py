@@ -15,8 +15,10 @@ def scheme_options(scheme: str) -> dict:
 
 
 def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: int = 2, heads: int = 4,
-              kv_heads: int = 2, ffn: int = 48, context: int = 16, seed: int = 0) -> ModelIR:
-    """A Llama-style (RMSNorm, RoPE, SwiGLU) or GPT-2-style (LayerNorm, learned positions, GELU) model."""
+              kv_heads: int = 2, ffn: int = 48, context: int = 16, seed: int = 0,
+              windows: tuple[int | None, ...] | None = None) -> ModelIR:
+    """A Llama-style (RMSNorm, RoPE, SwiGLU) or GPT-2-style (LayerNorm, learned positions, GELU) model; `windows`:
+    per layer an attention window (the last w keys) or None (causal)."""
     rng = np.random.default_rng(seed)
     hd = d // heads
     llama = family == "llama"
@@ -39,7 +41,7 @@ def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: in
     config = ModelConfig(vocab_size=vocab, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=hd,
                          ffn=ffn, context=context, norm="rms" if llama else "layer", norm_eps=1e-5,
                          activation="silu_glu" if llama else "gelu_tanh", positions="rope" if llama else "learned",
-                         rope_theta=10000.0 if llama else None, tied_head=llama)
+                         rope_theta=10000.0 if llama else None, tied_head=llama, attn_windows=windows)
     return ModelIR(config=config, embed=embed, layers=blocks, final_norm=norm(),
                    head=Linear(embed) if llama else Linear(w(vocab, d)),
                    pos_embed=None if llama else (rng.normal(size=(context, d)) * 0.3).astype(np.float32))

@@ -4,7 +4,7 @@ Each tiny random model (transformers, from a config, no download) is exported wi
 by data flow and proven against onnxruntime; the IR names what it recovered, folds what existing fields hold, and
 the quantiser refuses what the integer decoder does not implement, by name. Gemma and OPT need nothing new after
 folding (a GELU-tanh gated table, a ReLU table): they are quantised and decoded by the integer reference too, and
-so is GPT-Neo within a context no longer than its attention window.
+so are GPT-Neo and Mistral over a context longer than their attention windows.
 """
 
 from __future__ import annotations
@@ -141,15 +141,13 @@ def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys):
     assert not (tmp_path / "b" / "decoder.v").exists()
 
 
-SUPPORTED = ("supported: sequential pre-norm blocks; RoPE on every head dim or learned positions; causal attention; "
-             "activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
+SUPPORTED = ("supported: sequential pre-norm blocks; RoPE on every head dim or learned positions; causal attention, "
+             "optionally windowed; activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
 
 
 @pytest.mark.parametrize("name,context,missing", [
     ("neox", 16, "parallel residual; partial rotary: 4 of 16 dims"),
     ("phi", 16, "parallel residual; shared norm; partial rotary: 8 of 16 dims"),
-    ("gpt-neo", 48, "windowed attention (layer 1: 40) over a context of 48 (a context up to 40 compiles: the window "
-                    "never bites)"),
 ])
 def test_quantiser_refuses_what_the_chip_lacks(exported, name, context, missing):
     _, path = exported(name)
@@ -160,11 +158,10 @@ def test_quantiser_refuses_what_the_chip_lacks(exported, name, context, missing)
                                f"and proved it; quantisation, the reference and the RTL do not); {SUPPORTED}")
 
 
-@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4"), ("gpt-neo", "int8")])
+@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4")])
 def test_decode_in_the_reference(exported, name, scheme):
-    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's, GPT-Neo's missing score scale is
-    folded into q and its window does not bite within a context of 24: the integer decoder tracks the float model,
-    and its KV-cached decoder agrees with the whole-prefix forward token for token."""
+    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's: the integer decoder tracks the
+    float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
     _, path = exported(name)
     ir = load(path, verify=False)
     qm = quantize(ir, scheme, context=24)
@@ -181,6 +178,28 @@ def test_decode_in_the_reference(exported, name, scheme):
     tokens = ReferenceDecoder(qm).generate([5, 17, 3], 8)
     seq = torch.tensor([[5, 17, 3, *tokens[:-1]]])
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("name,context", [("gpt-neo", 64), ("mistral", 48)])
+def test_windowed_attention_decodes_past_the_window(exported, name, context):
+    """GPT-Neo's local layer (window 40, its missing score scale folded into q) and Mistral's sliding window (20) over
+    a longer context: the integer decoder tracks the windowed float model, and past the window not the causal one,
+    and its KV-cached decoder equals the whole-prefix forward at every position."""
+    _, path = exported(name)
+    ir = load(path, verify=False)
+    qm = quantize(ir, "int8", context=context)
+    window = min(w for w in ir.config.attn_windows if w is not None)
+    ids = torch.randint(0, 96, (1, context), generator=torch.Generator().manual_seed(3))
+    full = forward(qm, ids)[0]  # (positions, vocab)
+    got = full.double() * qm.scales["logits"]
+    want = float_forward(ir, ids)[0].double()
+    causal = float_forward(dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_windows=None)), ids)[0]
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
+    assert (got - want).abs().max() <= 0.1 * want.abs().max()
+    past = slice(window, None)  # where the window bites
+    assert (got - want)[past].abs().max() < 0.5 * (got - causal.double())[past].abs().max()
+    decoder = ReferenceDecoder(qm)
+    assert torch.equal(torch.stack([decoder.step(int(t)) for t in ids[0]]), full)
 
 
 def test_inspect_prints_features_and_folds(exported, capsys):
