@@ -269,24 +269,17 @@ def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray
 QUANT_ACTIVATIONS = ("silu_glu", "gelu_tanh_glu", "gelu", "gelu_tanh", "relu")  # each one 256-entry table
 SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)",
                       "RoPE on every head dim or the first ones (partial rotary), or learned positions",
-                      "causal attention", f"activations {', '.join(QUANT_ACTIVATIONS)}")
-IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary")  # ModelConfig.features the chip has
+                      "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
+# ModelConfig.features the chip implements (each a prefix of the feature's text)
+IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
     """Refuse an IR with a feature the integer decoder (quantiser, reference, RTL) does not implement, by name:
     the frontend recovers and proves more than the chip computes, and nothing may compile such a model wrongly.
-
-    A windowed attention layer with a window of at least the chip's context is plain causal attention there
-    (GPT-Neo's local layers over a context up to their window): it is refused only where the window would bite.
-    """
+    Windowed attention (GPT-Neo's local layers, Mistral's sliding window) it implements, at any context."""
     cfg = ir.config
-    missing = [f for f in cfg.features if not f.startswith(("windowed attention", *IMPLEMENTED_FEATURES))]
-    windows = [w for w in cfg.attn_windows or () if w is not None]
-    if windows and context > min(windows):
-        window = next(f for f in cfg.features if f.startswith("windowed attention"))
-        missing.append(f"{window} over a context of {context} (a context up to {min(windows)} compiles: the "
-                       "window never bites)")
+    missing = [f for f in cfg.features if not f.startswith(IMPLEMENTED_FEATURES)]
     if cfg.activation not in QUANT_ACTIVATIONS:
         missing.append(f"activation {cfg.activation}")
     if missing:

@@ -79,6 +79,7 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
     lora = lora or {}
     b, p = ids.shape
     positions = torch.arange(start, start + p)
+    windows = cfg.attn_windows or (None,) * cfg.n_layers  # per layer: attention window, or None (causal)
     x = embed(qm.embed, ids)  # (b, p, d) int16 residual
     if qm.pos is not None:
         x = saturate(x + embed(qm.pos, positions), 16)
@@ -97,7 +98,10 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
             cache[i][0] = torch.cat((cache[i][0], k), dim=1)  # (b, t, kvh, hd)
             cache[i][1] = torch.cat((cache[i][1], v), dim=1)
             k, v = cache[i]
-        valid = torch.arange(k.shape[1])[None, :] <= positions[:, None]  # (p, t): causal
+        key = torch.arange(k.shape[1])[None, :]  # (1, t): the cached positions
+        valid = key <= positions[:, None]  # (p, t): causal
+        if windows[i] is not None:  # a local layer sees the last w keys only (numerics §6)
+            valid &= key > positions[:, None] - windows[i]
         y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
                              f"{name}.attention")
         attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))

@@ -28,7 +28,7 @@ from .decoder_side import build_norm_feeder, build_rope_driver
 from .decoder_units import build_buffers, build_units, build_weights
 from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
-from .plan import HardwarePlan
+from .plan import HardwarePlan, layer_windows
 
 __all__ = ["ACT_BITS", "MAX_LORA_RANK", "Decoder", "Mode", "Source", "status_layout", "token_layout"]
 
@@ -137,6 +137,11 @@ class Decoder(wiring.Component):
         m, cfg = dp.m, self.qm.config
         dp.token = Signal(self.token_bits)
         dp.position = Signal(range(self.qm.context + 1))
+        # a windowed layer keeps K and V in a ring of w slots (position p in slot p mod w): a counter per window
+        # that moves with the position, and the slot the running layer writes (set with layer_sel)
+        dp.windows = layer_windows(self.qm)
+        dp.ring = {w: Signal(range(max(2, w)), name=f"ring{w}") for w in sorted({w for w in dp.windows if w is not None})}
+        dp.kv_slot = Signal.like(dp.position)
         # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
         dp.layer_sel = Signal(range(max(2, cfg.n_layers)))
         m.d.comb += dp.softmax.site.eq(dp.layer_sel)  # the layer's score scale

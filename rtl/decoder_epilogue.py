@@ -159,10 +159,10 @@ def _destinations(dp: Datapath) -> None:
             raw = y8 if dp.raw_bits == 8 else [saturate(y, dp.raw_bits) for y in dp.y16]  # int12 into RoPE
             for vec, mode in ((dp.raw_q, Mode.Q), (dp.raw_k, Mode.K)):
                 run_into(m, vec, row_out, raw, beat, took & (dp.mv_mode == mode))
-        with m.Case(Mode.V):  # transposed: row j of head g, column = position; a beat's channels in distinct banks
+        with m.Case(Mode.V):  # transposed: row j of head g, column = slot (as K's); a beat's channels in distinct banks
             m.d.comb += dp.dest_ready.eq(1)
             beat_bank_write(m, dp.v_wr, row_out, dp.layer_sel * dp.v_layer + (row_out // dp.attn_rows) * dp.c_ctx +
-                            dp.position // dp.lanes, dp.position % dp.lanes, y8, beat, took)
+                            dp.kv_slot // dp.lanes, dp.kv_slot % dp.lanes, y8, beat, took)
         with m.Case(Mode.RESID):  # through the residual stages
             m.d.comb += dp.dest_ready.eq(resid_free)
             with m.If(took):

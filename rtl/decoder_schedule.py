@@ -35,8 +35,9 @@ def build_schedule(dp: Datapath) -> object:
             _embed_states(dp, dp.pos_store, dp.pos_scale, dp.position, "POS", "L0_START", add=True,
                           to_norm=to_norm)
         for i in range(cfg.n_layers):
-            with m.State(f"L{i}_START"):
-                m.d.sync += dp.layer_sel.eq(i)
+            with m.State(f"L{i}_START"):  # this position's K and V go to its slot of the ring (windowed), else to it
+                window = dp.windows[i]
+                m.d.sync += [dp.layer_sel.eq(i), dp.kv_slot.eq(dp.position if window is None else dp.ring[window])]
                 m.next = f"L{i}_NORM_MLP_RUN" if cfg.parallel_residual else f"L{i}_NORM_ATTN_RUN"
             if cfg.parallel_residual:
                 _parallel_mlp_states(dp, i)
@@ -54,6 +55,7 @@ def build_schedule(dp: Datapath) -> object:
             m.d.comb += [dp.out.valid.eq(1), dp.out.payload.eq(dp.out_token)]
             with m.If(dp.out.ready):
                 m.d.sync += [dp.position.eq(dp.position + 1), dp.tokens_done.eq(dp.tokens_done + 1), dp.busy.eq(0)]
+                m.d.sync += [slot.eq(Mux(slot == w - 1, 0, slot + 1)) for w, slot in dp.ring.items()]  # p + 1 mod w
                 m.next = "IDLE"
     return fsm
 
@@ -69,6 +71,7 @@ def _idle_state(dp: Datapath) -> None:
             new_pos = Mux(tokens.payload.new_seq, 0, dp.position)
             with m.If(tokens.payload.new_seq):
                 m.d.sync += [dp.position.eq(0), dp.context_full.eq(0), dp.bad_token.eq(0)]
+                m.d.sync += [slot.eq(0) for slot in dp.ring.values()]
             with m.If(tokens.payload.token >= dp.qm.config.vocab_size):
                 m.d.sync += [dp.bad_token.eq(1), dp.busy.eq(0)]
             with m.Elif(new_pos >= dp.ctx):
@@ -125,12 +128,17 @@ def _attention_states(dp: Datapath, i: int) -> None:
 
 
 def _head_states(dp: Datapath, i: int, h: int) -> None:
-    """Head h of layer i: scores over the positions so far, softmax, weighted sum of V into the act buffer."""
-    m, hd, lanes = dp.m, dp.hd, dp.lanes
+    """Head h of layer i: scores over the positions so far, softmax, weighted sum of V into the act buffer.
+
+    A windowed layer (window w) runs them over the min(position + 1, w) slots of its ring, in slot order: the
+    softmax and the weighted sum are sums over the keys, the same in any order."""
+    m, hd, lanes, window = dp.m, dp.hd, dp.lanes, dp.windows[i]
     g = h // (dp.qm.config.n_heads // dp.qm.config.n_kv_heads)
+    keys = dp.position + 1 if window is None else Mux(dp.position < window, dp.position + 1, window)
+    words = (keys + lanes - 1) // lanes  # of probabilities: the weighted sum's chunks
     with m.State(f"L{i}_H{h}_SCORES"):
         m.d.sync += dp.head.eq(h)
-        m.d.sync += start_mv(dp, Mode.SCORES, rows=dp.position + 1, chunks=hd // lanes, mode=Mode.SCORES,
+        m.d.sync += start_mv(dp, Mode.SCORES, rows=keys, chunks=hd // lanes, mode=Mode.SCORES,
                              src=Source.Q, code_base=i * dp.k_layer + (g * hd) // lanes, stride=dp.c_kv,
                              act_base=(h * hd) // lanes)
         m.next = f"L{i}_H{h}_SCORES_WAIT"
@@ -139,7 +147,7 @@ def _head_states(dp: Datapath, i: int, h: int) -> None:
     _softmax_state(dp, f"L{i}_H{h}_SOFTMAX", f"L{i}_H{h}_PV")
     nxt = f"L{i}_H{h + 1}_SCORES" if h + 1 < dp.qm.config.n_heads else f"L{i}_O"
     with m.State(f"L{i}_H{h}_PV"):
-        m.d.sync += start_mv(dp, Mode.PV, rows=hd, chunks=(dp.position + lanes) // lanes, mode=Mode.PV,
+        m.d.sync += start_mv(dp, Mode.PV, rows=hd, chunks=words, mode=Mode.PV,
                              src=Source.PROBS, code_base=i * dp.v_layer + g * hd // dp.attn_rows * dp.c_ctx,
                              stride=dp.c_ctx)
         m.next = f"L{i}_H{h}_PV_WAIT"

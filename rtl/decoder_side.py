@@ -94,7 +94,8 @@ def q_write(dp: Datapath, el: object, val: object, en: object) -> None:
 
 
 def k_write(dp: Datapath, el: object, val: object, en: object) -> None:
-    """One element of k (rotated, or copied) into this layer's K cache at `position` (bank position % attn_rows)."""
-    position = dp.position
-    beat_bank_write(dp.m, dp.k_wr, position, dp.layer_sel * dp.k_layer + (position // dp.attn_rows) * dp.c_kv +
+    """One element of k (rotated, or copied) into this layer's K cache at its slot (bank slot % attn_rows): the
+    position, or in a windowed layer the position's slot of the ring."""
+    slot = dp.kv_slot
+    beat_bank_write(dp.m, dp.k_wr, slot, dp.layer_sel * dp.k_layer + (slot // dp.attn_rows) * dp.c_kv +
                     el // dp.lanes, el % dp.lanes, [val], 1, en)

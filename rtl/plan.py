@@ -153,12 +153,24 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
     return tail + RESCALE_LATENCY
 
 
+def layer_windows(qm: QModel) -> list[int | None]:
+    """Each layer's attention window where it bites within the context, else None (causal): a windowed layer
+    keeps its K and V in a ring of w slots, position p in slot p mod w (docs/hardware.md)."""
+    windows = qm.config.attn_windows or (None,) * qm.config.n_layers
+    return [w if w is not None and w < qm.context else None for w in windows]
+
+
+def attended(window: int | None, position: int) -> int:
+    """Keys the query at `position` sees in a layer with this window: the slots its scores and PV run over."""
+    return position + 1 if window is None else min(position + 1, window)
+
+
 def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
     """The phases of one token at `position` (0-based), in the order the decoder runs them (docs/hardware.md)."""
     cfg = qm.config
     d, hd, lanes = cfg.d_model, cfg.head_dim, plan.lanes
     rows, attn = plan.rows, plan.attn_rows(hd)
-    n = position + 1
+    windows = layer_windows(qm)
     norm = norm_tail_cycles(qm, plan)
 
     def norm_phase(name: str, loaded_by_product: bool) -> Phase:
@@ -205,6 +217,7 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
                                 3))
         else:
             phases.append(Phase("copy", f"{prefix}.rope", 0, (cfg.n_heads + cfg.n_kv_heads) * hd + 3, 3))  # q, k into place
+        n = attended(windows[i], position)  # the keys it sees: a windowed layer's ring slots
         for h in range(cfg.n_heads):
             phases.append(_matvec("scores", f"{prefix}.head{h}.scores", n, hd, attn, plan,
                                   width=plan.epilogue_lanes if score_beat(plan, hd) > 1 else 1))

@@ -16,10 +16,11 @@ def scheme_options(scheme: str) -> dict:
 
 def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: int = 2, heads: int = 4,
               kv_heads: int = 2, ffn: int = 48, context: int = 16, seed: int = 0, block: str = "sequential",
-              rotary_dims: int | None = None) -> ModelIR:
+              rotary_dims: int | None = None, windows: tuple[int | None, ...] | None = None) -> ModelIR:
     """A Llama-style (RMSNorm, RoPE, SwiGLU) or GPT-2-style (LayerNorm, learned positions, GELU) model; `block`
     "parallel" (GPT-NeoX: two norms) or "shared" (Phi: one norm) makes both sublayers read the block's input,
-    `rotary_dims` rotates only the first dims of each head (RoPE models)."""
+    `rotary_dims` rotates only the first dims of each head (RoPE models), `windows`: per layer an attention
+    window (the last w keys) or None (causal)."""
     rng = np.random.default_rng(seed)
     hd = d // heads
     llama = family == "llama"
@@ -46,7 +47,7 @@ def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: in
                          ffn=ffn, context=context, norm="rms" if llama else "layer", norm_eps=1e-5,
                          activation="silu_glu" if llama else "gelu_tanh", positions="rope" if llama else "learned",
                          rope_theta=10000.0 if llama else None, tied_head=llama, parallel_residual=block != "sequential",
-                         shared_norm=block == "shared", rotary_dims=rotary_dims)
+                         shared_norm=block == "shared", rotary_dims=rotary_dims, attn_windows=windows)
     return ModelIR(config=config, embed=embed, layers=blocks, final_norm=norm(),
                    head=Linear(embed) if llama else Linear(w(vocab, d)),
                    pos_embed=None if llama else (rng.normal(size=(context, d)) * 0.3).astype(np.float32))

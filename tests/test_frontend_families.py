@@ -4,7 +4,7 @@ Each tiny random model (transformers, from a config, no download) is exported wi
 by data flow and proven against onnxruntime; the IR names what it recovered, folds what existing fields hold, and
 the quantiser refuses what the integer decoder does not implement, by name. Gemma and OPT need nothing new after
 folding (a GELU-tanh gated table, a ReLU table): they are quantised and decoded by the integer reference too, and
-so is GPT-Neo within a context no longer than its attention window.
+so are GPT-Neo and Mistral over a context longer than their attention windows.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 
 from hardwire.cli import main
 from hardwire.frontend import ModelImportError, float_forward, load
+from hardwire.frontend.ir import ModelConfig
 from hardwire.frontend.proof import prove
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder, forward
@@ -132,41 +133,44 @@ def test_mistral_sliding_window(exported):
     assert ir.config.features == ("windowed attention (layer 0: 20, layer 1: 20)",)
 
 
-def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys):
-    _, path = exported("gpt-neo")
-    assert main(["compile", str(path), "--quant", "int8", "--context", "48", "-o", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err == (f"hardwire: error: {path}: the integer decoder does not implement windowed "
-                                       "attention (layer 1: 40) over a context of 48 (a context up to 40 compiles: the "
-                                       "window never bites) yet (the import recovered and proved it; quantisation, the "
-                                       f"reference and the RTL do not); {SUPPORTED}\n")
-    assert not (tmp_path / "b" / "decoder.v").exists()
+@pytest.fixture
+def feature_the_chip_lacks(monkeypatch):
+    """Every feature the frontend recovers today is implemented, so the gate between import and quantisation is
+    tested with one more, made up: GPT-NeoX as if the import had also recovered ALiBi."""
+    features = ModelConfig.features.fget
+    monkeypatch.setattr(ModelConfig, "features", property(lambda cfg: (*features(cfg), "ALiBi positions")))
 
 
 SUPPORTED = ("supported: sequential or parallel pre-norm blocks (one norm or two); RoPE on every head dim or the first "
-             "ones (partial rotary), or learned positions; causal attention; "
+             "ones (partial rotary), or learned positions; causal attention, optionally windowed; "
              "activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
 
 
-@pytest.mark.parametrize("name,context,missing", [
-    ("gpt-neo", 48, "windowed attention (layer 1: 40) over a context of 48 (a context up to 40 compiles: the window "
-                    "never bites)"),
-])
-def test_quantiser_refuses_what_the_chip_lacks(exported, name, context, missing):
-    _, path = exported(name)
+def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys, feature_the_chip_lacks):
+    _, path = exported("neox")
+    assert main(["compile", str(path), "--quant", "int8", "--context", "16", "-o", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == (f"hardwire: error: {path}: the integer decoder does not implement ALiBi "
+                                       "positions yet (the import recovered and proved it; quantisation, the reference "
+                                       f"and the RTL do not); {SUPPORTED}\n")
+    assert not (tmp_path / "b" / "decoder.v").exists()
+
+
+def test_quantiser_refuses_what_the_chip_lacks(exported, feature_the_chip_lacks):
+    _, path = exported("neox")
     ir = load(path, verify=False)
+    assert ir.config.features[-1] == "ALiBi positions"
     with pytest.raises(QuantizationError) as info:
-        quantize(ir, "int8", context=context)
-    assert str(info.value) == (f"{path}: the integer decoder does not implement {missing} yet (the import recovered "
-                               f"and proved it; quantisation, the reference and the RTL do not); {SUPPORTED}")
+        quantize(ir, "int8", context=16)
+    assert str(info.value) == (f"{path}: the integer decoder does not implement ALiBi positions yet (the import "
+                               f"recovered and proved it; quantisation, the reference and the RTL do not); {SUPPORTED}")
 
 
-@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4"), ("gpt-neo", "int8"),
-                                         ("neox", "int8"), ("neox", "mxfp4"), ("phi", "int8"), ("phi", "mxfp4")])
+@pytest.mark.parametrize("name,scheme", [("gemma", "int8"), ("opt", "int8"), ("opt", "mxfp4"), ("neox", "int8"),
+                                         ("neox", "mxfp4"), ("phi", "int8"), ("phi", "mxfp4")])
 def test_decode_in_the_reference(exported, name, scheme):
-    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's, GPT-Neo's missing score scale is
-    folded into q and its window does not bite within a context of 24, GPT-NeoX's and Phi's parallel blocks (two
-    norms, one) and partial rotary are the reference's: the integer decoder tracks the float model, and its
-    KV-cached decoder agrees with the whole-prefix forward token for token."""
+    """GELU-tanh gating (Gemma) and ReLU (OPT) are tables like SiLU's and GELU's, GPT-NeoX's and Phi's parallel
+    blocks (two norms, one) and partial rotary are the reference's: the integer decoder tracks the float model, and
+    its KV-cached decoder agrees with the whole-prefix forward token for token."""
     _, path = exported(name)
     ir = load(path, verify=False)
     qm = quantize(ir, scheme, context=24)
@@ -183,6 +187,28 @@ def test_decode_in_the_reference(exported, name, scheme):
     tokens = ReferenceDecoder(qm).generate([5, 17, 3], 8)
     seq = torch.tensor([[5, 17, 3, *tokens[:-1]]])
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("name,context", [("gpt-neo", 64), ("mistral", 48)])
+def test_windowed_attention_decodes_past_the_window(exported, name, context):
+    """GPT-Neo's local layer (window 40, its missing score scale folded into q) and Mistral's sliding window (20) over
+    a longer context: the integer decoder tracks the windowed float model, and past the window not the causal one,
+    and its KV-cached decoder equals the whole-prefix forward at every position."""
+    _, path = exported(name)
+    ir = load(path, verify=False)
+    qm = quantize(ir, "int8", context=context)
+    window = min(w for w in ir.config.attn_windows if w is not None)
+    ids = torch.randint(0, 96, (1, context), generator=torch.Generator().manual_seed(3))
+    full = forward(qm, ids)[0]  # (positions, vocab)
+    got = full.double() * qm.scales["logits"]
+    want = float_forward(ir, ids)[0].double()
+    causal = float_forward(dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_windows=None)), ids)[0]
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
+    assert (got - want).abs().max() <= 0.1 * want.abs().max()
+    past = slice(window, None)  # where the window bites
+    assert (got - want)[past].abs().max() < 0.5 * (got - causal.double())[past].abs().max()
+    decoder = ReferenceDecoder(qm)
+    assert torch.equal(torch.stack([decoder.step(int(t)) for t in ids[0]]), full)
 
 
 def test_inspect_prints_features_and_folds(exported, capsys):

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from random_ir import scheme_options
+from random_ir import random_ir, scheme_options
 
 from hardwire.frontend import float_forward, load
 from hardwire.frontend.ir import Linear
@@ -52,6 +52,29 @@ def test_incremental_decoding_equals_full_recompute(exported, name, scheme):
         stepped.append(logits)
     full = reference.forward(qm, torch.tensor([prompt + tokens]))[0]  # (positions, vocab)
     assert torch.equal(torch.stack(stepped), full)
+
+
+def test_windowed_attention_sees_the_last_w_keys():
+    """A local layer (window 4) before a global one: the KV-cached decoder equals the whole-prefix forward past the
+    window. In a one-layer local model a changed token at position 2 moves the logits at positions 2..5 and no
+    others; in the same model read as causal it moves later ones too (the window is what keeps them)."""
+    ids = torch.randint(0, 20, (1, 16), generator=torch.Generator().manual_seed(1))
+    two = quantize(random_ir(family="gpt2", d=16, heads=2, kv_heads=2, ffn=24, vocab=20, context=16,
+                             windows=(4, None)), "int8", context=16)
+    decoder = ReferenceDecoder(two)
+    assert torch.equal(torch.stack([decoder.step(int(t)) for t in ids[0]]), reference.forward(two, ids)[0])
+    one = quantize(random_ir(family="gpt2", d=16, heads=2, kv_heads=2, ffn=24, vocab=20, context=16, layers=1,
+                             windows=(4,)), "int8", context=16)
+    causal = dataclasses.replace(one, config=dataclasses.replace(one.config, attn_windows=None))
+    edited = ids.clone()
+    edited[0, 2] = (ids[0, 2] + 1) % 20
+
+    def moved(qm: QModel) -> list[bool]:
+        """Per position: the logits differ between ids and edited."""
+        return (reference.forward(qm, ids)[0] != reference.forward(qm, edited)[0]).any(-1).tolist()
+
+    assert moved(one) == [False, False] + [True] * 4 + [False] * 10
+    assert any(moved(causal)[6:])
 
 
 def test_generate_matches_stepping_and_reset_starts_over(exported):

@@ -71,6 +71,18 @@ def test_macs_and_cycle_estimate():
         qm, HardwarePlan(rows=1, lanes=4), 4)
 
 
+def test_a_windowed_layer_stops_growing_at_its_window():
+    """A layer with window 3 multiplies q·k and p·v over the last 3 keys only: from position 2 on, a token's MACs and
+    cycles stay those of position 2 (the causal layer's go on growing)."""
+    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, context=8, layers=1, windows=(3,)), "int8", context=8)
+    attention = 2 * 1 * 2 * 8  # q·k and p·v, one layer, two heads of 8, per visible position
+    assert [macs_per_token(qm, p) - macs_per_token(qm, 0) for p in range(8)] == [
+        n * attention for n in (0, 1, 2, 2, 2, 2, 2, 2)]
+    plan = HardwarePlan(lanes=4)
+    assert len({cycles_per_token_estimate(qm, plan, p) for p in range(2, 8)}) == 1
+    assert cycles_per_token_estimate(qm, plan, 1) < cycles_per_token_estimate(qm, plan, 2)
+
+
 def test_cli_compile_and_lanes_error(exported, tmp_path, capsys):
     _, path = exported("example-dynamo")
     assert main(["compile", str(path), "--quant", "int8", "--lanes", "4", "-o", str(tmp_path / "b")]) == 0

@@ -14,18 +14,20 @@ model, several engine shapes; the tests that can share a build (xdist_group) sha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
 import numpy as np
 import pytest
+import torch
 from random_ir import random_ir, scheme_options
 
 from hardwire.cli import main
 from hardwire.frontend import load
 from hardwire.quant.lora import quantize_lora
 from hardwire.quant.quantize import quantize
-from hardwire.quant.reference import ReferenceDecoder
+from hardwire.quant.reference import ReferenceDecoder, forward
 from hardwire.rtl.build import compile_to
 from hardwire.rtl.lora_map import lora_address_map
 from hardwire.sim.runner import Feed, Generate, LoadLora, run_steps, simulate
@@ -88,8 +90,10 @@ def test_bundled_model_generates_16_tokens(bundled_int8, tmp_path):
 
 @pytest.fixture(scope="module")
 def small_build(tmp_path_factory):
-    """One small Llama build shared by the sequence, flag and LoRA cases (each its own simulation)."""
-    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2), "int8", context=8)
+    """One small Llama build shared by the sequence, flag, window and LoRA cases (each its own simulation); its
+    first layer attends to the last 3 keys only (a ring of 3 slots), its second to all of them."""
+    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2, windows=(3, None)),
+                  "int8", context=8)
     path = tmp_path_factory.mktemp("small_build")
     compile_to(qm, path, lanes=4, storage="rom", progress=False)
     return qm, path
@@ -123,6 +127,21 @@ def test_full_context_and_bad_token_raise_flags_without_output(small_build):
     assert (bad2["output"], bad2["bad_token"]) == (None, 1)
     assert (again["output"], again["bad_token"], again["position"]) == (first, 0, 1)
     assert again["tokens"] == fresh["tokens"] + 1  # only real outputs are counted
+
+
+@pytest.mark.xdist_group("small_build")
+def test_windowed_layer_token_exact_past_its_window(small_build):
+    """Every position's token, fed one at a time, is the reference's: twice past the window of 3 (the ring wraps
+    twice), in a second sequence that starts with the ring mid-way (new_seq resets it). The window changes the
+    token at position 5, so a chip that attended to every key would fail here."""
+    qm, path = small_build
+    ids = [3, 7, 1, 11, 2, 9, 4, 5]
+    want = forward(qm, torch.tensor([ids]))[0].argmax(-1).tolist()
+    causal = dataclasses.replace(qm, config=dataclasses.replace(qm.config, attn_windows=None))
+    assert want != forward(causal, torch.tensor([ids]))[0].argmax(-1).tolist()
+    steps = [Feed(3, new_seq=True), Feed(7), *(Feed(t, new_seq=i == 0) for i, t in enumerate(ids))]
+    records, _, _ = run_steps(path, steps, seed=7, idle=0.2, stall=0.2, optimise=False, progress=False)
+    assert [r["output"] for r in records[2:]] == want
 
 
 def _adapters(qm, seed: int, zero: bool = False) -> dict:
@@ -243,23 +262,24 @@ def test_icarus_decodes_the_reference_tokens(small_build):
     assert result.match and result.tokens == result.reference_tokens
 
 
-@pytest.mark.parametrize("family,block,scheme,rows,lanes,options", [
-    ("llama", "shared", "mixed36", 4, 4, {}),
-    ("gpt2", "parallel", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4, "dsp_rows": 5}),
-    ("llama", "sequential", "int8", 16, 2, {"epilogue_lanes": 2, "attention_rows": 2, "softmax_lanes": 2}),
+@pytest.mark.parametrize("family,block,scheme,rows,lanes,options,windows", [
+    ("llama", "shared", "mixed36", 4, 4, {}, None),
+    ("gpt2", "parallel", "mxfp4", 8, 8, {"attention_rows": 2, "softmax_lanes": 4, "dsp_rows": 5}, (None, 6)),
+    ("llama", "sequential", "int8", 16, 2, {"epilogue_lanes": 2, "attention_rows": 2, "softmax_lanes": 2}, (5, None)),
 ])
-def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, block, scheme, rows, lanes, options):
+def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, block, scheme, rows, lanes, options, windows):
     """The schedule (rtl/plan.py) predicts every token's cycles exactly, at every position, for several shapes
     of the engine: attention on all 4 rows (4 divides the head width 8), on 2 of 8, on 2 of 16; 8 rows over 4
     chunks make the engine wait for the epilogue; a softmax on 4 lanes; the last 3 of those 8 rows multiply 5-bit
     MXFP4 codes by shift-add; the 16 rows hand their sums on two per cycle (the 40 logits, the residual, the GLU
     and the scores into the softmax in beats of two), in the Verilog that Verilator runs. The blocks: Phi's (one
     norm, parallel sublayers, half of each head rotated), GPT-NeoX's (two norms, the attention's from the residual
-    memory) and the sequential one."""
+    memory) and the sequential one. The last two have a windowed layer (6 and 5 keys: scores and weighted sums stop
+    growing there), decoded past it token-exact."""
     from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
     ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24,
-                   block=block, rotary_dims=4 if block == "shared" else None)
+                   block=block, rotary_dims=4 if block == "shared" else None, windows=windows)
     qm = quantize(ir, scheme, context=24, **scheme_options(scheme))
     compile_to(qm, tmp_path, rows=rows, lanes=lanes, storage="rom", progress=False, **options)
     result = simulate(tmp_path, [3, 9, 27], 14, seed=5, idle=0.0, stall=0.0, optimise=False, progress=False)
