@@ -51,8 +51,7 @@ LONG_FIRST = (
     "tests/test_boards_build.py::test_asic_gates_and_transistors",
     "tests/test_sim_cocotb.py::test_cli_sim_writes_a_waveform",
     "demo",  # group: the demo's exported model, the demo through Verilator
-    "link_rtl",  # group: the host link's RTL testcases (FIFO, overflow, soak, client, differential), one build
-    "tests/test_boards_uart.py::test_board_uart_cocotb",
+    "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, soak, client, differential), one build
 )
 
 

@@ -1,13 +1,15 @@
-"""The board's host link as RTL, through its UART pins under cocotb + Verilator (boards/tb_link.py): the receive
-FIFO and its overflow rule, a bounded soak, the real DeviceClient, and the emulator compared reply for reply.
+"""BoardCore as RTL, through its UART pins under cocotb + Verilator: a session with garbage between two prompts
+(boards/tb_board.py), and the host link (boards/tb_link.py): the receive FIFO and its overflow rule, a bounded soak,
+the real DeviceClient, and the emulator compared reply for reply.
 
-One Verilator build and one simulator run serve all five testcases (they take about a minute together); each
+One Verilator build and one simulator run serve all six testcases (they take about a minute together); each
 pytest test below reports one testcase. The pure-Python tests at the end pin the emulator's side of the FIFO rule.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 import time
 
 import pytest
@@ -16,10 +18,13 @@ from random_ir import random_adapters, random_ir
 from hardwire.boards import protocol
 from hardwire.boards.emulator import EmulatedDevice
 from hardwire.boards.host_link import RX_DEPTH
+from hardwire.boards.sim_board import BOARD_TESTCASE, BoardSim
 from hardwire.quant.quantize import quantize
+from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
-TESTCASES = ["rx_buffer", "rx_overflow", "soak", "client", "differential"]
+TESTCASES = [BOARD_TESTCASE, "rx_buffer", "rx_overflow", "soak", "client", "differential"]  # tb_board's on the fresh sim
+BOARD = {"prompt": [2, 9, 4], "n": 4, "garbage": [random.Random(5).randrange(256) for _ in range(24)]}
 SOAK = {"seed": 16, "random_bytes": 3000, "frames": 150, "prompt": [2, 9, 4], "n": 8}
 LANES = 8
 
@@ -34,8 +39,6 @@ def _qm():
 
 @pytest.fixture(scope="module")
 def link_sim(tmp_path_factory) -> dict:
-    from hardwire.boards.sim_board import BoardSim
-
     qm = _qm()
     start = time.time()
     sim = BoardSim(qm, tmp_path_factory.mktemp("link_rtl"), lanes=LANES)
@@ -44,10 +47,10 @@ def link_sim(tmp_path_factory) -> dict:
                 for (layer, site), a in random_adapters(qm, 4).items()]
     spec = {"long_prompt": [(7 * i + 3) % qm.config.vocab_size for i in range(56)], "rx_depth": RX_DEPTH,
             "token_cycles": cycles_per_token_estimate(qm, HardwarePlan(rows=1, lanes=LANES), 0), "soak": SOAK,
-            "client": {"prompt": [5, 1, 17], "adapters": adapters}}
+            "client": {"prompt": [5, 1, 17], "adapters": adapters}, "board": BOARD}
     built = time.time()
     results = sim.run(TESTCASES, spec)
-    print(f"\nhost link RTL: build {built - start:.1f} s, five testcases {time.time() - built:.1f} s; "
+    print(f"\nboard RTL: build {built - start:.1f} s, six testcases {time.time() - built:.1f} s; "
           f"soak {results['soak']}")
     return results
 
@@ -56,6 +59,17 @@ def _check(link_sim: dict, name: str) -> dict:
     result = link_sim[name]
     assert result["passed"], f"cocotb testcase {name} failed: {result['failure']}"
     return result
+
+
+@pytest.mark.verilator
+@pytest.mark.xdist_group("link_rtl")
+def test_board_uart_cocotb(link_sim):
+    """Prompt -> the reference tokens; garbage -> ERROR replies only; quiet, RESET, the prompt -> the same tokens."""
+    result = _check(link_sim, BOARD_TESTCASE)
+    reference = ReferenceDecoder(_qm()).generate(BOARD["prompt"], BOARD["n"])
+    print(f"board session: replies to garbage: {result['garbage_replies']}")
+    assert result["first"] == reference and result["second"] == reference
+    assert result["garbage_replies"] and all(r.startswith("ERROR ") for r in result["garbage_replies"])
 
 
 @pytest.mark.verilator

@@ -3,7 +3,11 @@ hardwire itself, offline, then imported and proven like any ONNX file; folders i
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,10 +28,20 @@ def llama_folder(tmp_path_factory):
     return folder
 
 
-def test_compile_from_a_saved_folder(llama_folder, tmp_path, capsys):
-    out = tmp_path / "build"
-    assert main(["compile", str(llama_folder), "--quant", "int8", "--lanes", "4", "--context", "16", "-o", str(out)]) == 0
-    printed = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def compiled(llama_folder, tmp_path_factory) -> tuple[Path, int, str]:
+    """`hardwire compile FOLDER`, once: (build folder, exit status, what it printed). Its export of the folder to ONNX
+    (about 10 s) is the module's one export: the inspect test reuses it."""
+    out = tmp_path_factory.mktemp("compiled") / "build"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["compile", str(llama_folder), "--quant", "int8", "--lanes", "4", "--context", "16", "-o", str(out)])
+    return out, code, printed.getvalue()
+
+
+def test_compile_from_a_saved_folder(llama_folder, compiled):
+    out, code, printed = compiled
+    assert code == 0
     onnx_path = out / "onnx" / "model.onnx"
     assert f"exporting {llama_folder} (llama, 19,616 parameters) to {onnx_path} with torch.onnx.export (dynamo) ..." \
         in printed
@@ -39,7 +53,17 @@ def test_compile_from_a_saved_folder(llama_folder, tmp_path, capsys):
     assert "vocabulary: the head takes 2,048 of " in printed
 
 
-def test_inspect_a_saved_folder(llama_folder, capsys):
+def test_inspect_a_saved_folder(llama_folder, compiled, monkeypatch, capsys):
+    """The export step hands over the compile test's export of the same folder (export_folder's own output, copied)
+    instead of exporting it a second time; the import, its proof and the printing are inspect's own."""
+    from hardwire.frontend import hf_folder
+
+    def exported_before(folder, out_dir, progress=print) -> Path:
+        assert Path(folder) == llama_folder
+        shutil.copytree(compiled[0] / "onnx", out_dir, dirs_exist_ok=True)
+        return Path(out_dir) / "model.onnx"
+
+    monkeypatch.setattr(hf_folder, "export_folder", exported_before)
     assert main(["inspect", str(llama_folder)]) == 0
     out = capsys.readouterr().out
     assert f"model      {llama_folder} (exported to " in out
