@@ -15,7 +15,7 @@ from amaranth.back import verilog
 from ..quant.qmodel import QModel
 from ..quant.reference import ReferenceDecoder
 from ..sim.runner import prepare_simulator
-from ..sim.tools import LINT_WAIVERS
+from ..sim.tools import LINT_WAIVERS, ports_only
 from .core import BoardCore
 
 TOP_NAME = "hardwire_board"
@@ -50,7 +50,7 @@ class BoardSim:
         self.runner = get_runner("verilator")
         self.sim_build = self.folder / "sim_build"
         self.runner.build(sources=[source], hdl_toplevel=TOP_NAME, build_dir=self.sim_build,
-                          build_args=list(LINT_WAIVERS), always=False)
+                          build_args=[*LINT_WAIVERS, *ports_only(source, TOP_NAME, self.sim_build)], always=False)
         self.build_seconds = round(time.time() - start, 1)
 
     def run(self, testcases: list[str], spec: dict) -> dict[str, dict]:

