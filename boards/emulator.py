@@ -13,13 +13,12 @@ caller passes times in seconds; a FEED or GENERATE takes `token_seconds` per tok
 from a thread; `hardwire emulate BUILD` runs that until Ctrl-C.
 
 LoRA words arrive through LORA frames exactly as the RTL receives them; they are decoded back
-into adapters with rtl/lora_map.py's address map (the inverse of `lora_writes`) and handed to
+into adapters (boards/lora_sram.py) with rtl/lora_map.py's address map (the inverse of `lora_writes`) and handed to
 the reference decoder, so adapters loaded over the wire decode as they would on the chip.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
@@ -32,15 +31,13 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from ..quant import blocks
 from ..quant.qmodel import QModel
-from ..quant.reference import LoraAdapter, ReferenceDecoder
-from ..rtl.lora_map import REGISTERS, RESET, LoraSlot, lora_addr_bits, lora_address_map
+from ..quant.reference import ReferenceDecoder
 from ..rtl.plan import HardwarePlan, plan_from_report
 from . import protocol
 from .host_link import RX_DEPTH
+from .lora_sram import LoraSram
 from .protocol import SYNC, Error, Flag, Op, Reply
 
 BYTE_BITS = 10  # 8N1: start bit, 8 data bits, stop bit
@@ -65,61 +62,6 @@ def _length_ok(op: Op, length: int, payload: bytes) -> bool:
     return length >= 5 and length % 2 == 1  # LORA
 
 
-def _int8(word: int) -> int:
-    """The low byte of a LoRA word as a signed int8 (the RTL keeps ldata[:8])."""
-    low = word & 0xFF
-    return low - 256 if low & 0x80 else low
-
-
-class _LoraSram:
-    """The adapters' SRAM and registers of one build, written word by word as the Decoder's lora port is."""
-
-    def __init__(self, qm: QModel) -> None:
-        self.slots: list[LoraSlot] = lora_address_map(qm)
-        self.mask = (1 << lora_addr_bits(qm)) - 1  # the port is lora_addr_bits wide: the 24-bit address wraps
-        self._bases = [slot.a_base for slot in self.slots]
-        self.a = [torch.zeros((s.rank, s.in_features), dtype=torch.int64) for s in self.slots]
-        self.b = [torch.zeros((s.out_features, s.rank), dtype=torch.int64) for s in self.slots]
-        self.regs = [dict(RESET) for _ in self.slots]
-        self.touched: set[int] = set()  # untouched slots hold the all-zero adapter: the base model
-
-    def write(self, address: int, word: int) -> None:
-        address &= self.mask
-        n = bisect.bisect_right(self._bases, address) - 1
-        if n < 0 or address >= self.slots[n].end:
-            return  # outside every slot: the RTL decodes no hit
-        s = self.slots[n]
-        if address < s.b_base:
-            row, col = divmod(address - s.a_base, s.a_stride)
-            if col < s.in_features:  # padding addresses are ignored
-                self.a[n][row, col] = _int8(word)
-        elif address < s.reg_base:
-            row, col = divmod(address - s.b_base, s.b_stride)
-            if col < s.rank:
-                self.b[n][row, col] = _int8(word)
-        else:
-            name = REGISTERS[address - s.reg_base]
-            self.regs[n][name] = word & (0x7FFF if name.endswith("mult") else 0x3F)  # 15-bit mults, 6-bit shifts
-        self.touched.add(n)
-
-    def adapters(self) -> dict[tuple[int, str], LoraAdapter]:
-        """The written slots as the reference's adapters."""
-        out = {}
-        for n in sorted(self.touched):
-            r = self.regs[n]
-
-            def scale(mult: int, shift: int) -> tuple[int, int]:
-                # a shift of 0 is no shift: x * m == round_shift(x * 2m, 1), the form the reference computes
-                return (2 * mult, 1) if shift == 0 else (mult, shift)
-
-            a_mult, a_shift = scale(r["a_mult"], r["a_shift"])
-            b_mult, b_shift = scale(r["b_mult"], r["b_shift"])
-            s = self.slots[n]
-            out[s.layer, s.site] = LoraAdapter(a=self.a[n].clone(), b=self.b[n].clone(), a_mult=a_mult, a_shift=a_shift,
-                                               b_mult=b_mult, b_shift=b_shift)
-        return out
-
-
 class EmulatedDevice:
     """The board's protocol engine over the reference decoder; times are seconds from any monotonic clock."""
 
@@ -135,7 +77,7 @@ class EmulatedDevice:
         self.frame_timeout = frame_timeout
         self.token_seconds = token_seconds  # a stand-in for the chip's decode time, so RESET can land mid-GENERATE
         self.decoder = ReferenceDecoder(qm)
-        self.lora = _LoraSram(qm)
+        self.lora = LoraSram(qm)
         self._lora_dirty = False
         # receiver
         self.rx_depth = rx_depth

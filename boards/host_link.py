@@ -12,24 +12,23 @@ The receiver fills the bank the executor is not reading, so a frame arriving dur
 LORA is parsed and then waits for the executor (it is never acted on before its CRC is known).
 
 While a checked frame waits, the line keeps going: every byte from `rx` is taken at once into a
-receive FIFO of `rx_depth` bytes (512: one block RAM on the ECP5 and the iCE40, room for the
-longest frame, 259 bytes, and more), which the receiver reads. A byte that finds the FIFO full
-is dropped, and so is every later one until the receiver has read all the FIFO holds and the
-line has been quiet for the frame timeout; then the frame cut short there (and any garbage) is
-discarded and one ERROR OVERFLOW is sent. Nothing is lost without an error.
+receive FIFO of `rx_depth` bytes (receive_fifo.py; 512: one block RAM on the ECP5 and the iCE40,
+room for the longest frame, 259 bytes, and more). Bytes it cannot hold are dropped until the line
+has been quiet; then the frame cut short there (and any garbage) make one ERROR OVERFLOW: nothing
+is lost without an error.
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..rtl.decoder import status_layout, token_layout
 from . import protocol
 from .link_codes import REPLY_BYTES, REPLY_LAYOUT, Error, Op, Reply, crc8_step
+from .receive_fifo import ReceiveFifo
 
 RX_DEPTH = 512  # bytes the receive FIFO holds while a checked frame waits (docs/protocol.md, "Bytes sent ahead")
 
@@ -79,15 +78,16 @@ class HostLink(wiring.Component):
         m.d.comb += self.generating.eq(0)
 
         # -- receive FIFO: the line is never stalled; a byte it cannot hold starts an overflow
-        m.submodules.rx_fifo = fifo = SyncFIFOBuffered(width=8, depth=self.rx_depth)
-        lost = Signal()  # bytes were dropped: take none until the FIFO is read empty and the line is quiet
-        m.d.comb += [self.rx.ready.eq(1), fifo.w_data.eq(self.rx.payload)]
+        m.submodules.rx_fifo = fifo = ReceiveFifo(self.rx_depth)
+        wiring.connect(m, wiring.flipped(self.rx), fifo.i)
+        lost = fifo.lost  # bytes were dropped: take none until the FIFO is read empty and the line is quiet
+        m.d.comb += self.dropped.eq(fifo.dropped)
 
         # -- receiver -------------------------------------------------------------------
         quiet_count = Signal(range(self.timeout + 1))
         line_quiet = Signal()  # no byte on the line for the timeout (the count stops there)
         quiet = Signal()  # ... and the receiver has read all the FIFO holds
-        m.d.comb += [line_quiet.eq(quiet_count == self.timeout), quiet.eq(line_quiet & (fifo.r_level == 0))]
+        m.d.comb += [line_quiet.eq(quiet_count == self.timeout), quiet.eq(line_quiet & fifo.empty)]
         with m.If(self.rx.valid):
             m.d.sync += quiet_count.eq(0)
         with m.Elif(~line_quiet):
@@ -107,9 +107,9 @@ class HostLink(wiring.Component):
         def post(code: Error) -> list:
             return [err_pending.eq(1), err_code.eq(code)]
 
-        byte = fifo.r_data
-        got = fifo.r_rdy  # a byte to parse (rx_ready below takes it)
-        rx_ready = fifo.r_en
+        byte = fifo.o.payload
+        got = fifo.o.valid  # a byte to parse (rx_ready below takes it)
+        rx_ready = fifo.o.ready
         m.d.comb += [wr.addr.eq(Cat(count, wbank)), wr.data.eq(byte)]
         with m.FSM(name="receiver"):
             with m.State("IDLE"):
@@ -121,7 +121,7 @@ class HostLink(wiring.Component):
                     with m.Else():
                         m.d.sync += garbage.eq(1)
                 with m.Elif(quiet & lost):
-                    m.d.sync += lost.eq(0)
+                    m.d.comb += fifo.clear.eq(1)
                     m.next = "OVERFLOW"
                 with m.Elif(quiet & garbage & can_post & ~err_pending):
                     m.d.sync += [*post(Error.GARBAGE), garbage.eq(0)]
@@ -131,7 +131,7 @@ class HostLink(wiring.Component):
                     m.d.sync += [op.eq(byte), crc.eq(crc8_step(crc, byte))]
                     m.next = "LEN"
                 with m.Elif(quiet & lost):
-                    m.d.sync += lost.eq(0)
+                    m.d.comb += fifo.clear.eq(1)
                     m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
@@ -144,7 +144,7 @@ class HostLink(wiring.Component):
                     with m.If(byte != 0):
                         m.next = "PAYLOAD"
                 with m.Elif(quiet & lost):
-                    m.d.sync += lost.eq(0)
+                    m.d.comb += fifo.clear.eq(1)
                     m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
@@ -159,7 +159,7 @@ class HostLink(wiring.Component):
                     with m.If(count == length - 1):
                         m.next = "CRC"
                 with m.Elif(quiet & lost):
-                    m.d.sync += lost.eq(0)
+                    m.d.comb += fifo.clear.eq(1)
                     m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
@@ -169,7 +169,7 @@ class HostLink(wiring.Component):
                     m.d.sync += crc.eq(crc8_step(crc, byte))  # over the whole frame with its CRC: 0 if intact
                     m.next = "CHECK"
                 with m.Elif(quiet & lost):
-                    m.d.sync += lost.eq(0)
+                    m.d.comb += fifo.clear.eq(1)
                     m.next = "OVERFLOW"
                 with m.Elif(quiet):
                     m.next = "TIMEOUT"
@@ -203,14 +203,6 @@ class HostLink(wiring.Component):
                     with m.If(cmd_ready):
                         m.d.sync += wbank.eq(~wbank)
                         m.next = "IDLE"
-
-        # the FIFO's write side, after the receiver: a byte dropped in the cycle that clears `lost` sets it again
-        with m.If(self.rx.valid):
-            with m.If(fifo.w_rdy & ~lost):
-                m.d.comb += fifo.w_en.eq(1)
-            with m.Else():
-                m.d.sync += lost.eq(1)
-                m.d.comb += self.dropped.eq(1)
 
         # -- executor -------------------------------------------------------------------
         tb = self.token_bits

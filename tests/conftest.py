@@ -38,20 +38,22 @@ import exports
 
 from hardwire.sim.tools import verilator_missing
 
-# Started first in a parallel run, longest first (minutes each on a 2-core machine): a test id
-# prefix or an xdist group name. Everything else follows in the usual order.
+# Started first in a parallel run, longest first: a test id prefix or an xdist group name, in the order of their
+# seconds alone on this 2-core machine (2026-12-07, in brackets). Everything else follows in the usual order.
 LONG_FIRST = (
-    "ulx3s_build",  # group: the place-and-route run and its two tests
-    "bundled_int8",  # group: the bundled model quantised, its golden tokens, its Verilator simulation
-    "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact",
-    "tests/test_sim_cocotb.py::test_cycle_estimate_equals_the_simulated_cycles",
-    "small_build",  # group: one small Verilator build and the tests that simulate it
-    "cli_build",  # group: `hardwire sim` on one build (optimised C++), then on its tampered reference
-    "tests/test_sim_cocotb.py::test_hf_gpt2_token_exact",
-    "tests/test_boards_build.py::test_asic_gates_and_transistors",
-    "tests/test_sim_cocotb.py::test_cli_sim_writes_a_waveform",
-    "demo",  # group: the demo's exported model, the demo through Verilator
-    "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, soak, client, differential), one build
+    "ulx3s_build",  # group: the place-and-route run and its two tests (160)
+    "bundled_int8",  # group: the bundled model quantised, its golden tokens, its quality floor, its simulation (95)
+    "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, soak, client, differential), one build (75)
+    "demo",  # group: the demo's exported model, the demo through Verilator (55)
+    "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact[mixed36-logic]",  # (54)
+    "tests/test_sim_cocotb.py::test_cli_sim_writes_a_waveform",  # (46)
+    "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact",  # int8-rom (45), mxfp4-rom (26)
+    "tests/test_sim_cocotb.py::test_hf_gpt2_token_exact",  # (42)
+    "tests/test_boards_build.py::test_asic_gates_and_transistors",  # (34)
+    "tests/test_sim_cocotb.py::test_cycle_estimate_equals_the_simulated_cycles",  # (31, 30, 24)
+    "tests/test_quality_floors.py",  # nine quantisations of the bundled models (11 to 25 each)
+    "small_build",  # group: one small Verilator build and the tests that simulate it (22)
+    "cli_build",  # group: `hardwire sim` on one build (optimised C++), then on its tampered reference (19)
 )
 
 
