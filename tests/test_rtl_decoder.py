@@ -20,7 +20,9 @@ def _qmodel(family: str, scheme: str):
     if (family, scheme) not in _QM:
         ir = random_ir(family=family, d=16, heads=2, kv_heads=1 if family == "llama" else 2, ffn=24, vocab=20,
                        context=8, layers=1)
-        _QM[family, scheme] = quantize(ir, scheme, context=8, **scheme_options(scheme))
+        # mixed36 at 5.5 bits: these one-layer models then hold int3 and int6 projections (at 5.0 GPT-2's are all int3)
+        options = {"avg_bits": 5.5} if scheme == "mixed36" else scheme_options(scheme)
+        _QM[family, scheme] = quantize(ir, scheme, context=8, **options)
     return _QM[family, scheme]
 
 
@@ -42,7 +44,7 @@ def reference_outputs(qm, feed: list[tuple[int, bool]], generate: int) -> list[i
     ("llama", "mixed36", 2, 8, "rom", {"softmax_lanes": 4, "attention_rows": 1, "dsp_rows": 1}),
     ("llama", "int8", 8, 2, "rom", {"attention_rows": 2, "dsp_rows": 0}),
     ("llama", "mixed36", 8, 8, "rom", {"epilogue_lanes": 8, "attention_rows": 2, "softmax_lanes": 4}),
-    ("gpt2", "int8", 4, 2, "logic", {"epilogue_lanes": 2, "softmax_lanes": 2}),
+    ("gpt2", "mixed36", 4, 2, "logic", {"epilogue_lanes": 2, "softmax_lanes": 2}),
 ])
 def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options):
     """rows 4 divides the head width 8 (attention on all rows); the others run attention on 1 of 2 and 2 of 8 rows;
@@ -51,8 +53,10 @@ def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options
     through the epilogue (at 8 the head's last group of the 20 logits is a short beat of 4; the scores of 2
     attention rows reach the 4-lane softmax in beats of two; the GLU and GELU tables in beats; the LoRA terms of
     the adapted q and v per lane; V in beats of two over 4 attention rows at 2 lanes, one at a time over 2 at 8).
-    (MXFP4: the cocotb cycle test.)"""
+    Logic storage twice: int8 words, and mixed36's int_group-3 and -6 words. (MXFP4: the cocotb cycle test.)"""
     qm = _qmodel(family, scheme)
+    if scheme == "mixed36":  # both word formats in the decoder's banks
+        assert {lin.bits for _, lin in qm.linears()} == {3, 6}
     dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
     feed = [(3, True), (7, False), (1, False)]
     got, status = decode(dut, feed, 3, random.Random(0))
