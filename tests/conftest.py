@@ -46,8 +46,7 @@ LONG_FIRST = (
     "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, soak, client, differential), one build (75)
     "demo",  # group: the demo's exported model, the demo through Verilator (55)
     "tests/test_sim_cocotb.py::test_cli_sim_writes_a_waveform",  # (46)
-    "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact",  # int8-rom (45), mixed36-rom
-    "tests/test_sim_cocotb.py::test_hf_gpt2_token_exact",  # (42)
+    "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact",  # (45)
     "tests/test_boards_build.py::test_asic_gates_and_transistors",  # (34)
     "tests/test_sim_cocotb.py::test_cycle_estimate_equals_the_simulated_cycles",  # (31, 30, 24)
     "tests/test_sim_cocotb.py::test_hf_family_token_exact",  # ten builds of the five families (~30 each)
