@@ -98,7 +98,7 @@ class FloatDecoder:
         else:
             cos, sin = self.cos[positions], self.sin[positions]
         causal = positions[:, None] >= torch.arange(end)  # (t, end): token at position p sees keys 0..p
-        windows = cfg.attn_windows or (None,) * cfg.n_layers
+        windows = cfg.layer_windows
         for i, layer in enumerate(ir.layers):
             mask = causal if windows[i] is None else causal & (torch.arange(end) > positions[:, None] - windows[i])
             h = _norm(x, layer.attn_norm, cfg.norm, cfg.norm_eps, _ignore, "")

@@ -134,7 +134,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         return value
 
     x = site("residual", x)
-    windows = cfg.attn_windows or (None,) * cfg.n_layers
+    windows = cfg.layer_windows
     raw = "_raw" if cfg.positions == "rope" else ""  # q and k before RoPE
     for i, layer in enumerate(ir.layers):
         shared = f"layers.{i}.mlp_norm" if cfg.shared_norm else None

@@ -50,6 +50,11 @@ class ModelConfig:
         return self.activation in GATED
 
     @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Per layer: its attention window, or None (causal): attn_windows, or every layer causal."""
+        return self.attn_windows or (None,) * self.n_layers
+
+    @property
     def features(self) -> tuple[str, ...]:
         """Every recovered feature beyond the baseline block, as `name` or `name: detail`, in a fixed order."""
         out = []

@@ -14,7 +14,7 @@ import torch
 
 from . import blocks
 from .fixedpoint import check_width, rescale, round_shift, saturate
-from .qmodel import QEmbedding, QLinear, QModel
+from .qmodel import QEmbedding, QLinear, QModel, QNorm
 
 
 class DecodeError(Exception):
@@ -65,6 +65,11 @@ def linear(a: torch.Tensor, lin: QLinear, what: str, adapter: LoraAdapter | None
     return saturate(y, lin.out_bits)
 
 
+def qnorm(x: torch.Tensor, norm: QNorm, rsqrt: torch.Tensor, what: str) -> torch.Tensor:
+    """A norm site of the model: its kind, epsilon, per-channel rescale and output width."""
+    return blocks.norm(x, norm.kind, norm.eps_q, norm.mult, norm.shift, rsqrt, what, norm.out_bits)
+
+
 def embed(table: QEmbedding, rows: torch.Tensor) -> torch.Tensor:
     return rescale(table.weight[rows], table.mult[rows].unsqueeze(-1), table.shift[rows].unsqueeze(-1), 16)
 
@@ -79,14 +84,13 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
     lora = lora or {}
     b, p = ids.shape
     positions = torch.arange(start, start + p)
-    windows = cfg.attn_windows or (None,) * cfg.n_layers  # per layer: attention window, or None (causal)
+    windows = cfg.layer_windows  # per layer: attention window, or None (causal)
     x = embed(qm.embed, ids)  # (b, p, d) int16 residual
     if qm.pos is not None:
         x = saturate(x + embed(qm.pos, positions), 16)
     for i, layer in enumerate(qm.layers):
         name = f"layers.{i}"
-        a = blocks.norm(x, layer.attn_norm.kind, layer.attn_norm.eps_q, layer.attn_norm.mult, layer.attn_norm.shift,
-                        qm.rsqrt, f"{name}.attn_norm", layer.attn_norm.out_bits)  # (b, p, d) int12
+        a = qnorm(x, layer.attn_norm, qm.rsqrt, f"{name}.attn_norm")  # (b, p, d) int12
         q = linear(a, layer.q, f"{name}.q", lora.get((i, "q"))).view(b, p, cfg.n_heads, cfg.head_dim)
         k = linear(a, layer.k, f"{name}.k", lora.get((i, "k"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
         v = linear(a, layer.v, f"{name}.v", lora.get((i, "v"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
@@ -106,12 +110,10 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
                              f"{name}.attention")
         attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))
         if cfg.parallel_residual and not cfg.shared_norm:  # the MLP reads the block's input too, through its norm
-            a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
-                            qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
+            a = qnorm(x, layer.mlp_norm, qm.rsqrt, f"{name}.mlp_norm")
         x = saturate(x + attn_out, 16)
         if not cfg.parallel_residual:  # sequential: the MLP reads the residual after attention
-            a = blocks.norm(x, layer.mlp_norm.kind, layer.mlp_norm.eps_q, layer.mlp_norm.mult, layer.mlp_norm.shift,
-                            qm.rsqrt, f"{name}.mlp_norm", layer.mlp_norm.out_bits)
+            a = qnorm(x, layer.mlp_norm, qm.rsqrt, f"{name}.mlp_norm")
         up = linear(a, layer.up, f"{name}.up", lora.get((i, "up")))
         if layer.gate is not None:
             gate = linear(a, layer.gate, f"{name}.gate", lora.get((i, "gate")))
@@ -119,9 +121,7 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         else:
             h = blocks.lookup(up, layer.act_table)
         x = saturate(x + linear(h, layer.down, f"{name}.down", lora.get((i, "down"))), 16)
-    fn = qm.final_norm
-    a = blocks.norm(x, fn.kind, fn.eps_q, fn.mult, fn.shift, qm.rsqrt, "final_norm", fn.out_bits)
-    return linear(a, qm.head, "head")
+    return linear(qnorm(x, qm.final_norm, qm.rsqrt, "final_norm"), qm.head, "head")
 
 
 def forward(qm: QModel, ids: torch.Tensor, lora: LoraSet | None = None) -> torch.Tensor:

@@ -94,13 +94,17 @@ def _parallel_mlp_states(dp: Datapath, i: int) -> None:
     attention leaves alone; DOWN runs after O. With one shared norm, the attention reads the same activations,
     which gate and up leave in place; with two, the attention norm then reads the residual, still the block's
     input. The sums are the reference's: saturate(saturate(x + o) + down)."""
-    n, cfg, c_d = f"layers.{i}", dp.qm.config, dp.chunks(dp.d)
     _norm_state(dp, f"L{i}_NORM_MLP_RUN", first_norm(dp, i), f"L{i}_GATE" if dp.gated else f"L{i}_UP")
+    _gate_up_states(dp, i, f"L{i}_Q" if dp.qm.config.shared_norm else f"L{i}_NORM_ATTN_RUN")
+
+
+def _gate_up_states(dp: Datapath, i: int, nxt: str) -> None:
+    """Layer i's gate (gated MLPs) and up projections from the act buffer into the hidden buffer, then `nxt`."""
+    n, ffn, c_d = f"layers.{i}", dp.qm.config.ffn, dp.chunks(dp.d)
     if dp.gated:
-        _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=cfg.ffn, chunks=c_d, mode=Mode.GATE,
+        _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=ffn, chunks=c_d, mode=Mode.GATE,
                                                          src=Source.ACT))
-    _mv_state(dp, f"L{i}_UP", f"L{i}_Q" if cfg.shared_norm else f"L{i}_NORM_ATTN_RUN",
-              start_mv(dp, f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP, src=Source.ACT))
+    _mv_state(dp, f"L{i}_UP", nxt, start_mv(dp, f"{n}.up", rows=ffn, chunks=c_d, mode=Mode.UP, src=Source.ACT))
 
 
 def _attention_states(dp: Datapath, i: int) -> None:
@@ -159,7 +163,7 @@ def _mlp_states(dp: Datapath, i: int) -> None:
     """Layer i after its heads: O into the residual (loading the MLP norm), the norm, gate / up, down (loading the
     next layer's first norm, or the final one). A parallel block ran its norm, gate and up before the attention:
     O only adds."""
-    n, cfg, c_d = f"layers.{i}", dp.qm.config, dp.chunks(dp.d)
+    n, cfg = f"layers.{i}", dp.qm.config
     nxt_layer = f"L{i + 1}_START" if i + 1 < cfg.n_layers else "FINAL_NORM"
     o = start_mv(dp, f"{n}.o", rows=dp.d, chunks=dp.chunks(dp.qdim), mode=Mode.RESID, src=Source.ACT)
     if cfg.parallel_residual:
@@ -167,11 +171,7 @@ def _mlp_states(dp: Datapath, i: int) -> None:
     else:
         _mv_state(dp, f"L{i}_O", f"L{i}_NORM_MLP", _feeding_norm(dp, o, f"mlp{i}"))
         _norm_state(dp, f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if dp.gated else f"L{i}_UP")
-        if dp.gated:
-            _mv_state(dp, f"L{i}_GATE", f"L{i}_UP", start_mv(dp, f"{n}.gate", rows=cfg.ffn, chunks=c_d,
-                                                             mode=Mode.GATE, src=Source.ACT))
-        _mv_state(dp, f"L{i}_UP", f"L{i}_DOWN", start_mv(dp, f"{n}.up", rows=cfg.ffn, chunks=c_d, mode=Mode.UP,
-                                                         src=Source.ACT))
+        _gate_up_states(dp, i, f"L{i}_DOWN")
     down = start_mv(dp, f"{n}.down", rows=dp.d, chunks=dp.chunks(cfg.ffn), mode=Mode.RESID, src=Source.HID)
     _mv_state(dp, f"L{i}_DOWN", nxt_layer,
               _feeding_norm(dp, down, first_norm(dp, i + 1) if i + 1 < cfg.n_layers else "final"))

@@ -156,8 +156,7 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
 def layer_windows(qm: QModel) -> list[int | None]:
     """Each layer's attention window where it bites within the context, else None (causal): a windowed layer
     keeps its K and V in a ring of w slots, position p in slot p mod w (docs/hardware.md)."""
-    windows = qm.config.attn_windows or (None,) * qm.config.n_layers
-    return [w if w is not None and w < qm.context else None for w in windows]
+    return [w if w is not None and w < qm.context else None for w in qm.config.layer_windows]
 
 
 def attended(window: int | None, position: int) -> int:
