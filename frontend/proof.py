@@ -6,7 +6,11 @@ with a tolerance relative to the largest logit.
 
 A comparison can also be vacuous: a NaN compares as no difference at all, and logits
 that never vary (all zero, or one constant) agree with any reading of the graph that
-also yields that constant. Such a proof is refused (`Proof.vacuous`), not passed.
+also yields that constant. Logits that vary only by position or vocabulary entry, never
+with the tokens read (every embedding row the same), are as empty: a graph read with its
+token input cut off would match them. So a few more sequences of one length, different
+at every position, must give different logits somewhere. Such proofs are refused
+(`Proof.vacuous`), not passed.
 """
 
 from __future__ import annotations
@@ -22,21 +26,25 @@ from .graph import ort_session
 from .ir import ModelIR
 
 TOLERANCE = 1e-4  # max |ir - ort| must be <= TOLERANCE * max |ort logit|
+INPUT_SEQUENCES = 4  # sequences of the shortest length, different at every position, whose logits must differ
 
 
 @dataclass(frozen=True)
 class Proof:
-    sequences: int  # random sequences compared
+    sequences: int  # random sequences compared, one of each length
     lengths: tuple[int, ...]  # their lengths
     max_abs_diff: float  # largest |ir - onnxruntime| over all logits
     max_abs_logit: float  # largest |onnxruntime logit|
     tolerance: float  # relative bound that max_abs_diff must meet
-    logit_spread: float = float("inf")  # max - min of onnxruntime's logits over all sequences and positions
+    input_length: int  # length of the sequences that test whether the logits depend on the tokens
+    input_sequences: int  # how many of that length (the first is the proof's own), different at every position
+    input_spread: float  # largest spread of onnxruntime's logits across them at one (position, vocabulary entry)
+    logit_spread: float = float("inf")  # max - min of onnxruntime's logits over those sequences and positions
     non_finite: str | None = None  # where a NaN or infinite logit first appeared (which side, which length)
 
     @property
     def vacuous(self) -> str | None:
-        """Why this comparison cannot mean anything (non-finite or constant logits), or None when it can."""
+        """Why this comparison cannot mean anything (non-finite, constant or input-independent logits), or None."""
         if self.non_finite is not None:
             return (f"the float forward does not stay finite: {self.non_finite}, although every weight is finite; "
                     "the weights are too large for float32 arithmetic (the proof compares numbers, and a NaN "
@@ -47,6 +55,12 @@ class Proof:
                     f"{self.logit_spread:.3g} over {self.sequences} random sequences of lengths "
                     f"{list(self.lengths)}): a proof against a constant is no proof, and the model predicts "
                     "nothing; import a model whose logits depend on its input")
+        if self.input_spread <= self.tolerance * self.max_abs_logit:
+            return (f"the logits do not depend on the input tokens: {self.input_sequences} random sequences of length "
+                    f"{self.input_length}, different at every position, give the same logits at every position "
+                    f"(differing by at most {self.input_spread:.3g}, the largest logit {self.max_abs_logit:.3g} in "
+                    "magnitude): the model predicts the same whatever it reads, and a graph read with its token "
+                    "input cut off would pass the proof; import a model whose logits depend on its input")
         return None
 
     @property
@@ -56,32 +70,54 @@ class Proof:
     def summary(self) -> str:
         ratio = self.max_abs_diff / max(self.max_abs_logit, 1e-30)
         verdict = "PASS" if self.passed else "FAIL"
+        more = self.input_sequences - 1
         return (f"{verdict}: max |IR - onnxruntime| = {self.max_abs_diff:.3g} = {ratio:.2g} x max |logit| "
                 f"({self.max_abs_logit:.3g}), bound {self.tolerance:g}, over {self.sequences} random sequences "
-                f"of lengths {list(self.lengths)}")
+                f"of lengths {list(self.lengths)}" + (f" and {more} more of length {self.input_length}" if more else ""))
+
+
+def _different_everywhere(ids: np.ndarray, count: int, vocab_size: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` random sequences like ids (1, L); at each position no two of them, nor ids, hold the same token."""
+    columns = []
+    for token in ids[0]:
+        draws = rng.choice(vocab_size - 1, size=count, replace=False)  # distinct, from the vocabulary less one
+        columns.append(draws + (draws >= token))  # skip ids' own token
+    return np.stack(columns, axis=1)  # (count, L)
 
 
 def prove(ir: ModelIR, proto: onnx.ModelProto, input_name: str, input_dtype: type, lengths: tuple[int, ...],
           seed: int = 0) -> Proof:
-    """Compare IR and onnxruntime logits on random sequences of the given lengths."""
+    """Compare IR and onnxruntime logits on random sequences of the given lengths, and a few more of the
+    shortest length that show whether the logits depend on the tokens at all."""
     session = ort_session(proto)
     rng = np.random.default_rng(seed)
+    runs = [rng.integers(0, ir.config.vocab_size, size=(1, length)) for length in lengths]  # (1, length) each
+    shortest = min(range(len(runs)), key=lambda i: runs[i].shape[1])
+    count = min(INPUT_SEQUENCES, ir.config.vocab_size) - 1
+    extra = _different_everywhere(runs[shortest], count, ir.config.vocab_size, rng) if count > 0 else []
+    runs += [row[None] for row in extra]  # (1, shortest length) each
     worst_diff, worst_logit = 0.0, 0.0
     low, high = np.inf, -np.inf
+    same_tokens = []  # onnxruntime's logits of the sequences of the shortest length, (length, vocab) each
     non_finite = None
-    for length in lengths:
-        ids = rng.integers(0, ir.config.vocab_size, size=(1, length))
+    for i, ids in enumerate(runs):
         expected = session.run(None, {input_name: ids.astype(input_dtype)})[0]
         got = float_forward(ir, torch.from_numpy(ids)).numpy()
         for side, logits in (("onnxruntime", expected), ("the IR", got)):
             if non_finite is None and not np.isfinite(logits).all():
                 bad = int((~np.isfinite(logits)).sum())
-                non_finite = f"{side} gives {bad} of {logits.size} logits as NaN or infinite at length {length}"
+                non_finite = f"{side} gives {bad} of {logits.size} logits as NaN or infinite at length {ids.shape[1]}"
         if non_finite is not None:
             continue  # max() ignores NaN: nothing below may be compared
         worst_diff = max(worst_diff, float(np.abs(got - expected.reshape(got.shape)).max()))
         worst_logit = max(worst_logit, float(np.abs(expected).max()))
-        low, high = min(low, float(expected.min())), max(high, float(expected.max()))
+        if i < len(lengths):  # the constant check speaks of the proof's own sequences, one of each length
+            low, high = min(low, float(expected.min())), max(high, float(expected.max()))
+        if i == shortest or i >= len(lengths):
+            same_tokens.append(expected.reshape(got.shape[-2:]))
+    stacked = np.stack(same_tokens) if len(same_tokens) > 1 else None  # (sequences, length, vocab)
+    input_spread = float((stacked.max(0) - stacked.min(0)).max()) if stacked is not None else float("inf")
     return Proof(sequences=len(lengths), lengths=tuple(lengths), max_abs_diff=worst_diff,
-                 max_abs_logit=worst_logit, tolerance=TOLERANCE, logit_spread=max(0.0, high - low),
+                 max_abs_logit=worst_logit, tolerance=TOLERANCE, input_length=int(runs[shortest].shape[1]),
+                 input_sequences=count + 1, input_spread=input_spread, logit_spread=max(0.0, high - low),
                  non_finite=non_finite)

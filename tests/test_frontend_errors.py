@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hardwire.frontend import SUPPORTED_OPS, ModelImportError, load
+from hardwire.frontend.proof import prove
 
 
 def _raises(path, message: str) -> None:
@@ -158,6 +159,7 @@ def _with_weight(exported, tmp_path, name: str, change) -> tuple[object, str]:
 
 
 HEAD = "val_195"  # the example model's (32, 40) output projection (its dynamo export names it so)
+EMBEDDING = "embed_tokens.weight"  # its (40, 32) token embedding, the Gather's table
 
 
 def _set(index: tuple[int, ...], value: float):
@@ -198,3 +200,17 @@ def test_constant_logits_are_no_proof(exported, tmp_path):
     _raises(bad, f"{bad}: the logits are constant (0 in magnitude, varying by 0 over 3 random sequences of lengths "
                  "[2, 7, 32]): a proof against a constant is no proof, and the model predicts nothing; import a "
                  "model whose logits depend on its input")
+
+
+def test_input_independent_logits_are_no_proof(exported, tmp_path):
+    """Every embedding row the same: the logits differ across the vocabulary but never with the tokens read, so a
+    graph read with its token input cut off would pass; the constant check alone passed it."""
+    bad, _ = _with_weight(exported, tmp_path, EMBEDDING, lambda w: np.broadcast_to(w[0], w.shape).copy())
+    proto = onnx.load(bad)
+    proof = prove(load(bad, verify=False), proto, proto.graph.input[0].name, np.int64, (2, 7, 32))
+    assert proof.logit_spread > 1000 * proof.tolerance * proof.max_abs_logit  # not constant: the old check passes
+    assert proof.input_spread == 0 and proof.max_abs_diff <= proof.tolerance * proof.max_abs_logit
+    _raises(bad, f"{bad}: the logits do not depend on the input tokens: 4 random sequences of length 2, different "
+                 "at every position, give the same logits at every position (differing by at most 0, the largest "
+                 "logit 0.972 in magnitude): the model predicts the same whatever it reads, and a graph read with "
+                 "its token input cut off would pass the proof; import a model whose logits depend on its input")
