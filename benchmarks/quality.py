@@ -32,6 +32,7 @@ from hardwire.cli import BUNDLED_MODEL  # noqa: E402
 from hardwire.frontend import float_forward, load  # noqa: E402
 from hardwire.frontend.vocab import encode  # noqa: E402
 from hardwire.quant import reference  # noqa: E402
+from hardwire.quant.divergence import kl_per_token  # noqa: E402
 from hardwire.quant.quantize import quantize  # noqa: E402
 
 SCHEMES = [("int8", {}), ("mixed36", {"avg_bits": 4.0}), ("int4", {}), ("int3", {}), ("mxfp4", {})]
@@ -66,7 +67,7 @@ def compare(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor
     lp, ref = logits.double().log_softmax(-1), reference.double().log_softmax(-1)
     return {"agreement": (lp.argmax(-1) == ref.argmax(-1)).double().mean().item(),
             "val_loss": -lp.gather(-1, targets.unsqueeze(-1)).mean().item(),
-            "kl": (ref.exp() * (ref - lp)).sum(-1).mean().item()}
+            "kl": kl_per_token(reference, logits)}
 
 
 def integer_logits(qm, windows: torch.Tensor) -> torch.Tensor:
