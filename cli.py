@@ -141,11 +141,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
           f"({sum(result.macs):,} MACs in {sum(result.cycles):,} cycles × {result.lanes} lanes)")
     (args.build / "sim.json").write_text(json.dumps({
         "tokens": result.tokens, "reference_tokens": result.reference_tokens, "match": result.match,
+        "outputs": result.outputs, "reference_outputs": result.reference_outputs,
         "cycles_per_token": result.cycles_per_token, "lane_utilisation": result.lane_utilisation,
         "cycles": result.cycles, "macs": result.macs, "lanes": result.lanes, "simulator": args.simulator,
         "build_seconds": result.build_seconds, "run_seconds": result.run_seconds}, indent=1) + "\n")
-    print("PASS: every token equals the integer reference" if result.match else
-          f"FAIL: reference decodes {result.reference_tokens}")
+    print(f"PASS: every token equals the integer reference ({len(prompt) - 1} predictions inside the prompt and "
+          f"{len(result.tokens)} generated)" if result.match else
+          f"FAIL: reference decodes {result.reference_outputs}, the Verilog {result.outputs} (the output after "
+          f"every token fed: {len(prompt) - 1} inside the prompt, then the generated tokens)")
     return 0 if result.match else 1
 
 
@@ -251,6 +254,17 @@ def _clock_mhz(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"expected a frequency in MHz or auto, got {text!r}") from None
 
 
+def _token_count(text: str) -> int:
+    """-n: how many tokens to generate, at least one."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens of at least 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
@@ -299,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("build", type=Path, help="build folder from `hardwire compile`")
     sim.add_argument("--prompt", default="ROMEO:", help="prompt text (character models)")
     sim.add_argument("--prompt-ids", default=None, help="prompt as comma-separated token ids")
-    sim.add_argument("-n", type=int, default=16, help="tokens to generate")
+    sim.add_argument("-n", type=_token_count, default=16, help="tokens to generate")
     sim.add_argument("--seed", type=int, default=0, help="seed of the testbench's random traffic")
     sim.add_argument("--wave", type=Path, default=None, help="write the waveform to this .vcd file")
     sim.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
@@ -352,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the flow on the bundled model", description=cmd_demo.__doc__)
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
     demo.add_argument("--prompt", default="ROMEO:", help="prompt text")
-    demo.add_argument("-n", type=int, default=32, help="tokens to generate in the simulation (default 32)")
+    demo.add_argument("-n", type=_token_count, default=32, help="tokens to generate in the simulation (default 32)")
     demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="mixed36",
                       help="weight scheme (default mixed36: int8 weights do not fit the ULX3S-85F's block RAM)")
     demo.add_argument("--lanes", type=int, default=16)

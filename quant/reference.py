@@ -159,16 +159,18 @@ class ReferenceDecoder:
         self.position += 1
         return logits[0, 0]
 
-    def generate(self, prompt: list[int], n: int) -> list[int]:
-        """Greedy: feed the prompt, then n tokens, each the argmax of the last logits (ties: lowest id)."""
+    def outputs(self, prompt: list[int], n: int) -> list[int]:
+        """What the chip outputs after each token fed, from the decoder's current state (reset() first for a new
+        sequence): the prompt, then n generated tokens (greedy: the argmax of the last logits, ties to the lowest
+        id), each fed back but the last. -> len(prompt) - 1 predictions inside the prompt, then the n generated
+        tokens: a test compares every one of them."""
         if not prompt:
             raise DecodeError("the prompt is empty; at least one token is needed")
-        for token in prompt:
-            logits = self.step(token)
-        out = []
-        for _ in range(n):
-            token = int(blocks.argmax(logits))
-            out.append(token)
-            if len(out) < n:
-                logits = self.step(token)
-        return out
+        out = [int(blocks.argmax(self.step(token))) for token in prompt]
+        while len(out) < len(prompt) - 1 + n:
+            out.append(int(blocks.argmax(self.step(out[-1]))))
+        return out[:len(prompt) - 1 + n]
+
+    def generate(self, prompt: list[int], n: int) -> list[int]:
+        """Greedy: feed the prompt, then n tokens, each the argmax of the last logits (ties: lowest id)."""
+        return self.outputs(prompt, n)[len(prompt) - 1:]

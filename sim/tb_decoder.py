@@ -2,8 +2,9 @@
 
 The runner (sim/runner.py) passes a JSON spec through HARDWIRE_SIM_SPEC: a list of steps,
 the widths, a seed for the random traffic, and where to write the result. Steps:
-  {"kind": "generate", "prompt": [...], "n": N, "reference": [...]}: a new sequence; every
-      generated token is compared with the reference one;
+  {"kind": "generate", "prompt": [...], "n": N, "reference": [...]}: a new sequence; the output
+      after every token fed (len(prompt) - 1 predictions inside the prompt, then the N generated
+      tokens) is compared with the reference's;
   {"kind": "feed", "token": T, "new_seq": bool}: one token whose outcome (an output token,
       or none with the error flags) is recorded for the caller to judge;
   {"kind": "lora", "writes": [[addr, data], ...]}: writes through the LoRA host port.
@@ -134,25 +135,21 @@ class DecoderTB:
         return flags
 
     async def generate(self, prompt: list[int], n: int) -> tuple[list[int], list[int]]:
-        """A new sequence: feed the prompt, then each output back until n tokens; cycles per feed."""
-        tokens: list[int] = []
+        """A new sequence: feed the prompt, then each output back until n tokens are generated. -> the output after
+        every token fed (the prompt's predictions, then the generated tokens) and the cycles of each feed."""
+        outputs: list[int] = []
         cycles: list[int] = []
-        for index, token in enumerate(prompt):
+        while len(outputs) < len(prompt) - 1 + n:
+            index = len(cycles)
+            token = prompt[index] if index < len(prompt) else outputs[-1]
             before = self.status(STATUS_CYCLES)
             out = await self.feed(token, index == 0)
             cycles.append(self.status(STATUS_CYCLES) - before)
             if out is None:
-                raise AssertionError(f"prompt token {index} ({token}) gave no output: {await self.flags()}")
-            if index == len(prompt) - 1:
-                tokens.append(out)
-        while len(tokens) < n:
-            before = self.status(STATUS_CYCLES)
-            out = await self.feed(tokens[-1], False)
-            cycles.append(self.status(STATUS_CYCLES) - before)
-            if out is None:
-                raise AssertionError(f"generated token {len(tokens)} gave no output: {await self.flags()}")
-            tokens.append(out)
-        return tokens, cycles
+                where = f"prompt token {index}" if index < len(prompt) else f"generated token {index - len(prompt) + 1}"
+                raise AssertionError(f"{where} ({token}) gave no output: {await self.flags()}")
+            outputs.append(out)
+        return outputs, cycles
 
 
 @cocotb.test()
@@ -171,11 +168,12 @@ async def decode_matches_reference(dut: object) -> None:
             out = await tb.feed(step["token"], step["new_seq"])
             results.append({"kind": "feed", "output": out, **(await tb.flags())})
         else:
-            tokens, cycles = await tb.generate(step["prompt"], step["n"])
-            results.append({"kind": "generate", "tokens": tokens, "reference": step["reference"],
-                            "match": tokens == step["reference"], "cycles": cycles})
-            if tokens != step["reference"]:
-                mismatches.append(f"tokens {tokens} != reference {step['reference']}")
+            outputs, cycles = await tb.generate(step["prompt"], step["n"])
+            results.append({"kind": "generate", "outputs": outputs, "tokens": outputs[len(step["prompt"]) - 1:],
+                            "reference": step["reference"], "match": outputs == step["reference"], "cycles": cycles})
+            if outputs != step["reference"]:
+                first = next(i for i, (a, b) in enumerate(zip(outputs, step["reference"], strict=True)) if a != b)
+                mismatches.append(f"outputs {outputs} != reference {step['reference']} (first at position {first})")
         with open(spec["result"], "w") as fh:  # written after every step: a failure keeps what ran
             json.dump(results, fh)
     assert not mismatches, "; ".join(mismatches)

@@ -1,7 +1,8 @@
 """Tiny test models, built from configs (nothing downloaded) and exported the way users do.
 
 Parameters are perturbed away from their initial values (norm gains of one, zero biases)
-so that a frontend which confuses gains, biases or roles cannot pass by luck.
+so that a frontend which confuses gains, biases or roles cannot pass by luck, and matrices are
+drawn at a scale that makes greedy decoding vary (tests/break_check.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,19 @@ class LogitsOnly(torch.nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
-def perturb(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+def perturb(model: torch.nn.Module, seed: int, gains: dict[str, float] | None = None) -> torch.nn.Module:
+    """Matrices drawn afresh at a scale of 1/sqrt(fan-in) (Hugging Face's initialisation, std 0.02, leaves the
+    logits of these tiny models nearly uniform, and greedy decoding then echoes the input or repeats one token,
+    which proves nothing), times gains[suffix] for a parameter whose name ends so; gains and biases moved 0.05
+    away from one and zero."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                gain = next((g for suffix, g in (gains or {}).items() if name.endswith(suffix)), 1.0)
+                p.copy_(torch.randn(p.shape, generator=gen) * gain / p.shape[-1] ** 0.5)
+            else:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     return model.eval()
 
 
@@ -84,7 +93,10 @@ def hf_neox(seed: int = 0) -> torch.nn.Module:
 
 
 def hf_gemma(seed: int = 0) -> torch.nn.Module:
-    """Gemma: embedding times sqrt(d), RMSNorm with (1 + w), GELU-tanh gated MLP, head_dim != d / heads, one kv head."""
+    """Gemma: embedding times sqrt(d), RMSNorm with (1 + w), GELU-tanh gated MLP, head_dim != d / heads, one kv head,
+    the head tied to the unscaled table. The sublayers write into the residual at the embedding's scale (o and down
+    times sqrt(d)): at 1/sqrt(fan-in) they add a ninth of what the scaled embedding holds, and the tied head then
+    echoes the last input token whatever the layers compute."""
     from transformers import GemmaConfig, GemmaForCausalLM
 
     torch.manual_seed(seed)
@@ -92,18 +104,19 @@ def hf_gemma(seed: int = 0) -> torch.nn.Module:
                       num_attention_heads=4, num_key_value_heads=1, head_dim=24, max_position_embeddings=SEQ_MAX,
                       rope_theta=10000.0, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
                       bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    return perturb(GemmaForCausalLM(cfg), seed)
+    return perturb(GemmaForCausalLM(cfg), seed, {"o_proj.weight": 8.0, "down_proj.weight": 8.0})
 
 
 def hf_gpt_neo(seed: int = 0) -> torch.nn.Module:
-    """GPT-Neo (TinyStories): learned positions, global and local (windowed) attention, no 1/sqrt(d) scaling."""
+    """GPT-Neo (TinyStories): learned positions, global and local (windowed) attention, no 1/sqrt(d) scaling: q and k
+    are drawn at half the scale (their scores a quarter = 1/sqrt(head_dim), as a trained GPT-Neo's are small)."""
     from transformers import GPTNeoConfig, GPTNeoForCausalLM
 
     torch.manual_seed(seed)
     cfg = GPTNeoConfig(vocab_size=96, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
                        attention_types=[[["global", "local"], 1]], window_size=40, max_position_embeddings=SEQ_MAX,
                        activation_function="gelu_new", bos_token_id=0, eos_token_id=0)
-    return perturb(GPTNeoForCausalLM(cfg), seed)
+    return perturb(GPTNeoForCausalLM(cfg), seed, {"q_proj.weight": 0.5, "k_proj.weight": 0.5})
 
 
 def hf_opt(seed: int = 0) -> torch.nn.Module:

@@ -16,17 +16,21 @@ def scheme_options(scheme: str) -> dict:
 
 def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: int = 2, heads: int = 4,
               kv_heads: int = 2, ffn: int = 48, context: int = 16, seed: int = 0, block: str = "sequential",
-              rotary_dims: int | None = None, windows: tuple[int | None, ...] | None = None) -> ModelIR:
+              rotary_dims: int | None = None, windows: tuple[int | None, ...] | None = None, tied: bool = False,
+              gain: float = 1.5) -> ModelIR:
     """A Llama-style (RMSNorm, RoPE, SwiGLU) or GPT-2-style (LayerNorm, learned positions, GELU) model; `block`
     "parallel" (GPT-NeoX: two norms) or "shared" (Phi: one norm) makes both sublayers read the block's input,
     `rotary_dims` rotates only the first dims of each head (RoPE models), `windows`: per layer an attention
-    window (the last w keys) or None (causal)."""
+    window (the last w keys) or None (causal). The head is its own matrix unless `tied` (tied to the embedding, a
+    random model mostly echoes its input token), and `gain` scales the matrices that write attention and the MLP
+    into the residual and pick their mixing (q, k, o, gate, down): at 1.5 greedy decoding varies and depends on
+    attention, RoPE and the MLP (tests/break_check.py)."""
     rng = np.random.default_rng(seed)
     hd = d // heads
     llama = family == "llama"
 
-    def w(rows: int, cols: int) -> np.ndarray:
-        return (rng.normal(size=(rows, cols)) / np.sqrt(cols)).astype(np.float32)
+    def w(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.normal(size=(rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
 
     def b(n: int) -> np.ndarray | None:
         return None if llama else (rng.normal(size=n) * 0.05).astype(np.float32)
@@ -36,20 +40,21 @@ def random_ir(*, family: str = "llama", vocab: int = 40, d: int = 32, layers: in
 
     def layer() -> Layer:
         attn_norm = norm()
-        return Layer(attn_norm=attn_norm, q=Linear(w(heads * hd, d), b(heads * hd)),
-                     k=Linear(w(kv_heads * hd, d), b(kv_heads * hd)), v=Linear(w(kv_heads * hd, d), b(kv_heads * hd)),
-                     o=Linear(w(d, heads * hd), b(d)), mlp_norm=attn_norm if block == "shared" else norm(),
-                     up=Linear(w(ffn, d), b(ffn)), down=Linear(w(d, ffn), b(d)), gate=Linear(w(ffn, d)) if llama else None)
+        return Layer(attn_norm=attn_norm, q=Linear(w(heads * hd, d, gain), b(heads * hd)),
+                     k=Linear(w(kv_heads * hd, d, gain), b(kv_heads * hd)), v=Linear(w(kv_heads * hd, d), b(kv_heads * hd)),
+                     o=Linear(w(d, heads * hd, gain), b(d)), mlp_norm=attn_norm if block == "shared" else norm(),
+                     up=Linear(w(ffn, d), b(ffn)), down=Linear(w(d, ffn, gain), b(d)),
+                     gate=Linear(w(ffn, d, gain)) if llama else None)
 
     blocks = tuple(layer() for _ in range(layers))
     embed = (rng.normal(size=(vocab, d))).astype(np.float32)
     config = ModelConfig(vocab_size=vocab, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=hd,
                          ffn=ffn, context=context, norm="rms" if llama else "layer", norm_eps=1e-5,
                          activation="silu_glu" if llama else "gelu_tanh", positions="rope" if llama else "learned",
-                         rope_theta=10000.0 if llama else None, tied_head=llama, parallel_residual=block != "sequential",
+                         rope_theta=10000.0 if llama else None, tied_head=tied, parallel_residual=block != "sequential",
                          shared_norm=block == "shared", rotary_dims=rotary_dims, attn_windows=windows)
     return ModelIR(config=config, embed=embed, layers=blocks, final_norm=norm(),
-                   head=Linear(embed) if llama else Linear(w(vocab, d)),
+                   head=Linear(embed) if tied else Linear(w(vocab, d)),
                    pos_embed=None if llama else (rng.normal(size=(context, d)) * 0.3).astype(np.float32))
 
 

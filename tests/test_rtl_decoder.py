@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from break_check import assert_case_catches
 from random_ir import random_ir, scheme_options
 from rtl_sim import decode, run
 
@@ -14,12 +15,14 @@ from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.decoder import Decoder
 
 _QM = {}
+SEEDS = {"llama": 7, "gpt2": 2}  # random models whose outputs on PROMPT vary and change under every break
+PROMPT = [3, 7, 1]
 
 
 def _qmodel(family: str, scheme: str):
     if (family, scheme) not in _QM:
         ir = random_ir(family=family, d=16, heads=2, kv_heads=1 if family == "llama" else 2, ffn=24, vocab=20,
-                       context=8, layers=1)
+                       context=8, layers=1, seed=SEEDS[family])
         # mixed36 at 5.5 bits: these one-layer models then hold int3 and int6 projections (at 5.0 GPT-2's are all int3)
         options = {"avg_bits": 5.5} if scheme == "mixed36" else scheme_options(scheme)
         _QM[family, scheme] = quantize(ir, scheme, context=8, **options)
@@ -53,14 +56,17 @@ def test_decoder_matches_reference(family, scheme, rows, lanes, storage, options
     through the epilogue (at 8 the head's last group of the 20 logits is a short beat of 4; the scores of 2
     attention rows reach the 4-lane softmax in beats of two; the GLU and GELU tables in beats; the LoRA terms of
     the adapted q and v per lane; V in beats of two over 4 attention rows at 2 lanes, one at a time over 2 at 8).
-    Logic storage twice: int8 words, and mixed36's int_group-3 and -6 words. (MXFP4: the cocotb cycle test.)"""
+    Logic storage twice: int8 words, and mixed36's int_group-3 and -6 words. (MXFP4: the cocotb cycle test.)
+    Every output is compared, the prompt's too, and every break of quant/mutations.py that applies (attention,
+    values, queries, the MLP, the layer, the score scale, RoPE or the learned positions) changes one of them."""
     qm = _qmodel(family, scheme)
     if scheme == "mixed36":  # both word formats in the decoder's banks
         assert {lin.bits for _, lin in qm.linears()} == {3, 6}
+    want = assert_case_catches(qm, PROMPT, 4)
     dut = Decoder(qm, rows=rows, lanes=lanes, storage=storage, **options)
-    feed = [(3, True), (7, False), (1, False)]
+    feed = [(token, i == 0) for i, token in enumerate(PROMPT)]
     got, status = decode(dut, feed, 3, random.Random(0))
-    assert got == reference_outputs(qm, feed, 3)
+    assert got == reference_outputs(qm, feed, 3) == want
     assert status[0][0] == 6
 
 

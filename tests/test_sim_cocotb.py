@@ -11,6 +11,12 @@ of docs/frontend.md in int8 and a 4-bit scheme (GPT-Neo's block is GPT-2's), the
 several engine shapes (weights as logic: tests/test_rtl_decoder.py; storage and scheme are
 independent in the weight store, whose every word test_rtl_weight_store.py reads in both
 storages for every format); the tests that can share a build (xdist_group) share it.
+
+Every case compares the output after every token fed, the prompt's predictions included, and
+proves itself first (tests/break_check.py): its reference outputs vary, and every deliberate
+break of quant/mutations.py that applies to its model (attention, values, queries, the MLP, each
+layer, the score scale, RoPE or the positions, and the family's own features) changes at least
+one of them, so that a chip with that bug fails here.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from break_check import assert_case_catches
 from random_ir import random_ir, scheme_options
 
 from hardwire.cli import main
 from hardwire.frontend import load
 from hardwire.quant.lora import quantize_lora
+from hardwire.quant.mutations import breaks
+from hardwire.quant.qmodel import QModel
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder, forward
 from hardwire.rtl.build import compile_to
@@ -52,10 +61,24 @@ def test_hf_llama_gqa_token_exact(exported, tmp_path):
     ir = _hf_ir(exported, "llama-gqa-untied")
     assert ir.config.n_kv_heads < ir.config.n_heads  # grouped-query attention
     qm = quantize(ir, "int8", context=16)
+    assert {"kv_heads_rolled", "rope_off"} <= set(breaks(qm))
+    want = assert_case_catches(qm, LLAMA_PROMPT, 8)
     compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
-    result = simulate(tmp_path, [5, 61, 2], 8, seed=1, idle=0.2, stall=0.3, optimise=False, progress=False)
-    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
+    result = simulate(tmp_path, LLAMA_PROMPT, 8, seed=1, idle=0.2, stall=0.3, optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 8
     assert 0.5 < result.lane_utilisation <= 1.0
+
+
+LLAMA_PROMPT = [5, 17, 3]
+# per family: a prompt whose outputs vary and change under every break (found by trying a few), and the family
+# features its breaks must include
+FAMILY_CASES = {
+    "neox": ([5, 17, 3], {"parallel_block_sequential", "partial_rotary_ignored", "rope_off"}),
+    "phi": ([81, 61, 49], {"parallel_block_sequential", "partial_rotary_ignored", "rope_off"}),
+    "gemma": ([5, 17, 3], {"rope_off", "scores_scaled"}),
+    "opt": ([0, 11, 0], {"positions_zero", "positions_shifted"}),
+    "gpt-neo": ([5, 61, 2], {"positions_zero", "positions_shifted", "scores_scaled"}),
+}
 
 
 @pytest.mark.parametrize("family,scheme", [
@@ -65,11 +88,17 @@ def test_hf_family_token_exact(exported, tmp_path, family, scheme):
     """Each family of docs/frontend.md, int8 and a 4-bit scheme: GPT-NeoX's parallel block with two norms and a
     quarter of each head rotated, Phi's with one norm and half rotated, Gemma's GELU-tanh gate, single kv head and
     heads of 24 (4 x 24 = 96 over a residual of 64), OPT's ReLU table, GPT-Neo's q folded with its score scale (its
-    window of 40 lies past this context: tests/test_rtl_decoder.py decodes past a window)."""
+    window of 40 lies past this context: the small build's windowed layer decodes past a window). Each case's
+    breaks include its family's features (FAMILY_CASES): rotating every dim of a partial-rotary head, running a
+    parallel block sequentially, the learned positions zeroed or off by one (OPT's offset), the softmax's scale
+    (GPT-Neo's folded into q)."""
+    prompt, features = FAMILY_CASES[family]
     qm = quantize(_hf_ir(exported, family), scheme, context=16)
+    assert features <= set(breaks(qm))
+    want = assert_case_catches(qm, prompt, 8)
     compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
-    result = simulate(tmp_path, [5, 17, 3], 8, seed=6, idle=0.2, stall=0.2, optimise=False, progress=False)
-    assert result.match and result.tokens == result.reference_tokens and len(result.tokens) == 8
+    result = simulate(tmp_path, prompt, 8, seed=6, idle=0.2, stall=0.2, optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 8
 
 
 @pytest.mark.xdist_group("bundled_int8")
@@ -78,26 +107,41 @@ def test_bundled_model_generates_16_tokens(bundled_int8, tmp_path):
     ir, qm = bundled_int8
     compile_to(qm, tmp_path, lanes=32, storage="rom", vocab=ir.vocab, progress=False)  # 32 lanes: half the cycles
     prompt = [ir.vocab.index(c) for c in "ROMEO:"]
+    want = assert_case_catches(qm, prompt, 16)  # every break of its three layers changes an output
     result = simulate(tmp_path, prompt, 16, seed=3, stall=0.2, optimise=False, progress=False)
     assert result.tokens == ReferenceDecoder(qm).generate(prompt, 16) == result.reference_tokens
-    assert result.match and len(result.tokens) == 16
+    assert result.match and result.outputs == want and len(result.tokens) == 16
 
 
 @pytest.fixture(scope="module")
 def small_build(tmp_path_factory):
     """One small Llama build shared by the sequence, flag, window and LoRA cases (each its own simulation); its
-    first layer attends to the last 3 keys only (a ring of 3 slots), its second to all of them."""
-    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2, windows=(3, None)),
-                  "int8", context=8)
+    first layer attends to the last 3 keys only (a ring of 3 slots), its second to all of them. Seed 2: its outputs
+    on SMALL_PROMPT vary and change under every break (test_small_build_case_catches_every_break)."""
+    qm = quantize(random_ir(d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=2, windows=(3, None),
+                            seed=2), "int8", context=8)
     path = tmp_path_factory.mktemp("small_build")
     compile_to(qm, path, lanes=4, storage="rom", progress=False)
     return qm, path
 
 
+SMALL_PROMPT = [3, 7, 1]
+
+
+@pytest.mark.xdist_group("small_build")
+def test_small_build_case_catches_every_break(small_build):
+    """The sequences of the small build's tests (SMALL_PROMPT and 5 tokens) would fail on a chip with any break of
+    quant/mutations.py that applies: attention, values, queries, the MLP, either layer, the score scale, RoPE,
+    attention to the current key only, and the window ignored."""
+    qm, _ = small_build
+    assert "window_ignored" in breaks(qm)
+    assert_case_catches(qm, SMALL_PROMPT, 5)
+
+
 @pytest.mark.xdist_group("small_build")
 def test_new_sequence_resets_the_kv_cache(small_build):
     _, path = small_build
-    records, _, _ = run_steps(path, [Generate([3, 7], 4), Generate([11, 2, 9], 5), Generate([3, 7], 4)],
+    records, _, _ = run_steps(path, [Generate(SMALL_PROMPT, 5), Generate([11, 2, 9], 5), Generate(SMALL_PROMPT, 5)],
                               seed=4, idle=0.2, stall=0.2, optimise=False, progress=False)
     assert [r["match"] for r in records] == [True, True, True]
     assert records[0]["tokens"] == records[2]["tokens"]  # the second sequence left nothing behind
@@ -178,12 +222,14 @@ def cli_build(tmp_path_factory):
 
 @pytest.mark.xdist_group("cli_build")
 def test_cli_sim_writes_sim_json(cli_build, capsys):
+    want = assert_case_catches(QModel.load(cli_build), [1, 2, 3], 4)  # GPT-2's block: every break changes an output
     assert main(["sim", str(cli_build), "--prompt-ids", "1,2,3", "-n", "4"]) == 0
     out = capsys.readouterr().out
     assert "PASS: every token equals the integer reference" in out and "cycles per token:" in out
     assert "MAC-lane utilisation:" in out
     saved = json.loads((cli_build / "sim.json").read_text())
     assert saved["match"] and saved["tokens"] == saved["reference_tokens"] and saved["cycles_per_token"] > 0
+    assert saved["outputs"] == saved["reference_outputs"] == want
     assert len(saved["cycles"]) == len(saved["macs"]) == 3 + 4 - 1 and 0 < saved["lane_utilisation"] <= 1
 
 
@@ -276,6 +322,7 @@ def test_cycle_estimate_equals_the_simulated_cycles(tmp_path, family, block, sch
     ir = random_ir(family=family, d=32, heads=4, kv_heads=2 if family == "llama" else 4, ffn=48, vocab=40, context=24,
                    block=block, rotary_dims=4 if block == "shared" else None, windows=windows)
     qm = quantize(ir, scheme, context=24, **scheme_options(scheme))
+    assert_case_catches(qm, [3, 9, 27], 14)  # the token check can fail: every break changes an output
     compile_to(qm, tmp_path, rows=rows, lanes=lanes, storage="rom", progress=False, **options)
     result = simulate(tmp_path, [3, 9, 27], 14, seed=5, idle=0.0, stall=0.0, optimise=False, progress=False)
     assert result.match
