@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from break_check import assert_varied
 from random_ir import random_adapters, random_ir
 from rtl_sim import decode, run
 
@@ -20,12 +21,13 @@ from hardwire.rtl.lora_map import lora_address_map, lora_writes
 _QM = {}
 FEED = [(3, True), (7, False), (1, False)]
 GENERATE = 3
+SEEDS = {"llama": 7, "gpt2": 2}  # base models whose outputs on FEED vary (tests/test_rtl_decoder.py)
 
 
 def _qmodel(family: str):
     if family not in _QM:
         ir = random_ir(family=family, d=16, heads=2, kv_heads=1 if family == "llama" else 2, ffn=24, vocab=20,
-                       context=8, layers=1)
+                       context=8, layers=1, seed=SEEDS[family])
         _QM[family] = quantize(ir, "int8", context=8)
     return _QM[family]
 
@@ -50,6 +52,7 @@ def _reference(qm, lora=None) -> list[int]:
 def test_no_writes_is_the_base_model(family, lanes):
     qm = _qmodel(family)
     assert qm.lora.rank > 0 and qm.lora.sites  # the default build has adapter slots
+    assert_varied(_reference(qm))
     assert _decode(Decoder(qm, lanes=lanes), [], random.Random(1)) == _reference(qm)
 
 
@@ -64,11 +67,12 @@ def test_zero_adapter_is_the_base_model(family, lanes):
                                                         ("llama", 8, "logic", {"rows": 4, "epilogue_lanes": 4})])
 def test_random_adapters_match_the_reference(family, lanes, storage, shape):
     """The last: 4 rows per cycle through the epilogue, each lane adding its own row's B t term (V too: 4
-    attention rows)."""
+    attention rows). Every adapter changes the outputs: a chip that ignored one site's adapter fails here."""
     qm = _qmodel(family)
     adapters = random_adapters(qm, 5)
     expected = _reference(qm, adapters)
-    assert expected != _reference(qm)  # the adapters change the tokens
+    assert expected != _reference(qm)  # the adapters change the tokens, and each one does (removed, the tokens change)
+    assert all(_reference(qm, {k: a for k, a in adapters.items() if k != slot}) != expected for slot in adapters)
     got = _decode(Decoder(qm, lanes=lanes, storage=storage, **shape), lora_writes(qm, lanes, adapters), random.Random(3))
     assert got == expected
 
