@@ -1,6 +1,6 @@
 """The bench the host-link testcases (boards/tb_link.py) share: a BoardTB that times every byte on the line, the
-emulator fed the same bytes at the same line times (the oracle every reply is compared with), replies as text, the
-common setup, and a client.Transport served by the simulation.
+emulator on the board's clock fed each byte in the cycle it arrives (the oracle every reply byte and its cycle are
+compared with), replies as text, the common setup, and a client.Transport served by the simulation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, Timer
 
 from hardwire.boards import protocol
-from hardwire.boards.emulator import EmulatedDevice
+from hardwire.boards.emulator import ClockedDevice
 from hardwire.boards.protocol import Error, Reply, Response
 from hardwire.boards.tb_board import BoardTB
 from hardwire.quant.qmodel import QModel
@@ -42,11 +42,20 @@ def describe(r: Response) -> str:
     return Reply(r.op).name if r.op in Reply._value2member_map_ else str(r)
 
 
+RX_LATENCY = 40  # cycles from the start bit LinkTB drives on `rx` to UartRx offering the byte (boards/uart.py): the
+#                  synchroniser, half a bit to confirm the start, eight bits, the stop bit sampled in its middle
+TX_LATENCY = 39  # cycles from UartTx taking a byte to LinkTB's monitor sampling its stop bit: the start bit from the
+#                  next cycle, then half a bit and nine bits
+COUNTER_ZERO = -1  # the cycle the chip's clock counter (STATUS cycles) read 0 in, from LinkTB's first after reset
+# (each of the three as measured on the Verilator build: only their sum and differences are observable, and those are
+# what the emulator must and does match: every reply byte in its cycle, every STATUS with the chip's cycle count)
+
+
 class LinkTB(BoardTB):
     """BoardTB that also records the cycle of every byte sent and received, and waits for the line to settle.
 
-    It waits with Timer, one wake-up per wait, never with ClockCycles, which wakes Python at every clock edge: that
-    makes the soak's 1.4 million cycles take seconds instead of a minute."""
+    It waits with Timer, one wake-up per wait, never with ClockCycles, which wakes Python at every clock edge (that
+    would make the soak's millions of cycles take minutes); `send` wakes once per run of equal bits."""
 
     def __init__(self, dut: object, spec: dict) -> None:
         super().__init__(dut, spec["divisor"], WATCHDOG)
@@ -54,13 +63,20 @@ class LinkTB(BoardTB):
         self.timeout = spec["timeout_cycles"]
         self.byte_cycles = 10 * spec["divisor"]
         self.rx_cycles: list[int] = []  # when each received byte's stop bit was sampled
+        self.out = bytearray()  # every byte sent
+        self.starts: list[int] = []  # the cycle each byte's start bit began
         self.sent = 0
         self.send_end = 0  # the cycle the last send finished
+        self.reset_cycle = 0  # the first cycle out of reset
 
     @property
     def cycle(self) -> int:
         """Clock cycles since the simulation began (from its time: a coroutine per cycle would halve its speed)."""
         return int(get_sim_time("ns")) // self.PERIOD_NS
+
+    async def start(self) -> None:
+        await super().start()
+        self.reset_cycle = self.cycle
 
     async def cycles(self, n: int) -> None:
         await Timer(n * self.PERIOD_NS, "ns")
@@ -80,12 +96,28 @@ class LinkTB(BoardTB):
             self.rx_cycles.append(self.cycle)
             self.replies.extend(self.parser.push(bytes([byte])))
 
-    async def send(self, data: bytes) -> None:
-        """8N1 on `rx`, bytes back to back."""
-        for byte in data:
-            for bit in [0, *((byte >> i) & 1 for i in range(8)), 1]:
-                self.dut.rx.value = bit
-                await self.cycles(self.divisor)
+    async def send(self, data: bytes, gaps: list[int] | None = None) -> None:
+        """8N1 on `rx`: before byte i, gaps[i] cycles of idle line (none: back to back)."""
+        runs: list[list[int]] = [[1, 0]]  # [level, cycles]: the line idles high
+        at, starts = self.cycle, []
+        for i, byte in enumerate(data):
+            gap = gaps[i] if gaps else 0
+            at += gap
+            starts.append(at)
+            at += self.byte_cycles
+            for level, cycles in [(1, gap), (0, self.divisor), *(((byte >> k) & 1, self.divisor) for k in range(8)),
+                                  (1, self.divisor)]:
+                if level == runs[-1][0]:
+                    runs[-1][1] += cycles
+                else:
+                    runs.append([level, cycles])
+        for level, cycles in runs:
+            if cycles:
+                self.dut.rx.value = level
+                await self.cycles(cycles)
+        assert self.cycle == at, f"sent until cycle {self.cycle}, planned {at}"
+        self.out += data
+        self.starts += starts
         self.sent += len(data)
         self.send_end = self.cycle
 
@@ -117,34 +149,80 @@ class LinkTB(BoardTB):
 
 
 class Oracle:
-    """The emulator fed the same bytes at the same line times: one byte per byte time, a quiet gap between chunks."""
+    """The emulator on the board's clock (ClockedDevice) fed every byte LinkTB sends, in the cycle UartRx offers it:
+    it predicts every byte the board sends and the cycle LinkTB receives it in, and `check` holds the two equal."""
 
-    def __init__(self, qm: QModel, spec: dict, token_cycles: int = 0) -> None:
-        clk = spec["clk_hz"]
-        self.byte_s = 10 * spec["divisor"] / clk
-        self.timeout_s = spec["timeout_cycles"] / clk
-        self.device = EmulatedDevice(qm, lanes=spec["lanes"], frame_timeout=self.timeout_s,
-                                     token_seconds=token_cycles / clk)
-        self.t = 1.0
+    def __init__(self, qm: QModel, spec: dict, tb: LinkTB) -> None:
+        self.tb = tb
+        self.device = ClockedDevice(qm, lanes=spec["lanes"], divisor=spec["divisor"], timeout=spec["timeout_cycles"],
+                                    start=tb.cycle, counter_zero=tb.reset_cycle + COUNTER_ZERO)
+        self.fed = len(tb.starts)  # bytes LinkTB sent before this oracle: the device gets every later one
+        self.base = len(tb.received)  # bytes received before it
+        self.log: list[tuple[int, str]] = []  # (cycle, label) of what the caller sent, for failure messages
+        self.checked = 0  # reply bytes found equal so far
 
-    def chunk(self, data: bytes) -> list[Response]:
-        out = bytearray()
-        for byte in data:
-            self.t += self.byte_s
-            out += self.device.receive(bytes([byte]), self.t)
-        for _ in range(1 << 16):  # every event due: FEEDs ending, GENERATE steps, the quiet line's errors
-            event = self.device.next_event()
-            if event is None:
-                break
-            self.t = max(self.t, event)
-            out += self.device.poll(self.t)
-        else:
-            raise AssertionError("the emulator never went idle")
-        self.t += 2 * self.timeout_s
-        parser = protocol.FrameParser()
-        replies = parser.push(bytes(out))
-        assert parser.dropped == 0
-        return replies
+    def follow(self, label: str = "") -> None:
+        """Give the device every byte LinkTB has sent since the last call, each in the cycle it arrives."""
+        tb, device = self.tb, self.device
+        if label and self.fed < len(tb.starts):
+            self.log.append((tb.starts[self.fed], label))
+        for byte, start in zip(tb.out[self.fed:], tb.starts[self.fed:], strict=True):
+            device.receive(bytes([byte]), start + RX_LATENCY)
+        self.fed = len(tb.starts)
+
+    def check(self, what: str, final: bool = False) -> None:
+        """The board's bytes equal the device's and came in the same cycles: those received before now (all of them
+        once `final`: then none may have come that the device did not send)."""
+        tb, k = self.tb, self.checked
+        now = tb.cycle
+        self.device.poll(now - TX_LATENCY - 1)  # no byte sent from now on arrives before now + RX_LATENCY
+        want = [(byte, cycle + TX_LATENCY) for cycle, byte in self.device.sent[k:] if final or cycle + TX_LATENCY < now]
+        got = [(byte, cycle) for byte, cycle in zip(tb.received[self.base + k:], tb.rx_cycles[self.base + k:], strict=True)
+               if final or cycle < now]
+        if got != want:
+            raise AssertionError(self._difference(what))
+        self.checked += len(want)
+
+    def _difference(self, what: str) -> str:
+        """Where the board and the device part: the byte, its cycle, the replies before it, what was sent before it."""
+        tb, k0 = self.tb, self.checked
+        want = [(byte, cycle + TX_LATENCY) for cycle, byte in self.device.sent]
+        got = list(zip(tb.received[self.base:], tb.rx_cycles[self.base:], strict=True))
+        k = next((i for i in range(k0, min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+        at = got[k][1] if k < len(got) else want[k][1] if k < len(want) else tb.cycle
+
+        def replies(stream: list[tuple[int, int]]) -> list[str]:
+            parser, out = protocol.FrameParser(), []
+            for byte, cycle in stream[:k + 16]:
+                out += [f"{describe(r)} @{cycle}" for r in parser.push(bytes([byte]))]
+            return out[-5:]
+
+        sent = [f"{label} @{c}" for c, label in self.log if c <= at][-6:]
+        return (f"{what}: the board and the emulator part at reply byte {k}, cycle {at}: the board sent "
+                f"{got[k] if k < len(got) else 'nothing'}, the emulator {want[k] if k < len(want) else 'nothing'} "
+                f"(byte, cycle received). Replies up to there, the board's: {replies(got)}; the emulator's: "
+                f"{replies(want)}. Sent before it: {sent}")
+
+    async def finish(self, what: str) -> None:
+        """Run the device until it is idle, wait for the board to send what it predicts and settle, compare all."""
+        device, tb = self.device, self.tb
+        device.run_idle()
+        last = device.sent[-1][0] + TX_LATENCY if device.sent else 0  # the cycle LinkTB receives the last byte in
+        if tb.cycle <= last:
+            assert last - tb.cycle < tb.watchdog, f"{what}: the emulator's replies take {last - tb.cycle} cycles"
+            await tb.cycles(last - tb.cycle + 1)
+        await tb.settle()
+        self.check(what, final=True)
+
+
+async def exchange(tb: LinkTB, oracle: Oracle, data: bytes, what: str, gaps: list[int] | None = None) -> list[str]:
+    """Send `data` (with `gaps`), and check every reply against the oracle's, byte for byte and cycle for cycle
+    -> the replies as text."""
+    first = len(tb.received)
+    await tb.send(data, gaps)
+    oracle.follow(what)
+    await oracle.finish(what)
+    return [describe(r) for r in protocol.FrameParser().push(bytes(tb.received[first:]))]
 
 
 def write_result(spec: dict, name: str, result: dict) -> None:
@@ -173,30 +251,6 @@ async def setup(dut: object) -> tuple[dict, QModel, LinkTB]:
     for frame in protocol.lora(writes):
         assert [describe(r) for r in await tb.exchange(frame, 1, "clearing LoRA")] == ["ACK"]
     return spec, qm, tb
-
-
-def normalised(replies: list[str]) -> tuple[list[str], list[str]]:
-    """Replies without, and the ERRORs alone: for chunks where an error's place among TOKENs depends on timing."""
-    return [r for r in replies if not r.startswith("ERROR")], sorted(r for r in replies if r.startswith("ERROR"))
-
-
-async def exchange_during(tb: LinkTB, frame: bytes, extra: bytes, count: int, what: str, after: int = 1) -> list[Response]:
-    """Send `frame`, then `extra` as soon as `after` bytes of the replies are in (a byte arriving while a reply is
-    being sent); -> every reply. Checks that `extra` really went out before the replies were over."""
-    start, start_rx = len(tb.replies), len(tb.received)
-    await tb.send(frame)
-    for _ in range(0, tb.watchdog, 8):
-        if len(tb.received) >= start_rx + after:
-            break
-        await tb.cycles(8)
-    else:
-        raise AssertionError(f"{what}: no reply began")
-    await tb.send(extra)
-    sent = tb.send_end
-    await tb.expect(start, count, what)
-    await tb.settle()
-    assert any(c > sent for c in tb.rx_cycles[start_rx:]), f"{what}: the reply was over before the extra bytes"
-    return tb.replies[start:]
 
 
 class SimTransport:
