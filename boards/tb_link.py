@@ -1,7 +1,7 @@
 """cocotb testcases for the host link of BoardCore, through its UART pins only (boards/sim_board.py BoardSim runs them).
 
 Every reply is compared exactly: with a literal list where the protocol fixes it, and always with the emulator on the
-board's clock (boards/emulator.py ClockedDevice), fed each byte in the cycle it arrives: every byte the board sends
+board's clock (boards/clocked_device.py ClockedDevice), fed each byte in the cycle it arrives: every byte the board sends
 must be the emulator's and come in the same cycle, so the two statements of the protocol (the RTL and the Python
 model) are checked against each other, timing included, on whatever the scripts throw at them:
   rx_buffer    a second frame (and a hundred more) sent while a FEED decodes: all answered, in order;

@@ -13,7 +13,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, Timer
 
 from hardwire.boards import protocol
-from hardwire.boards.emulator import ClockedDevice
+from hardwire.boards.clocked_device import ClockedDevice
 from hardwire.boards.protocol import Error, Reply, Response
 from hardwire.boards.tb_board import BoardTB
 from hardwire.quant.qmodel import QModel

@@ -4,7 +4,7 @@ real DeviceClient, and the emulator compared reply for reply.
 
 One Verilator build and one simulator run serve all six testcases; each pytest test below reports one testcase
 (test_uart_soak one per seed). Every reply of the FIFO, overflow, soak and differential testcases is compared byte
-for byte and cycle for cycle with the emulator on the board's clock (boards/emulator.py ClockedDevice).
+for byte and cycle for cycle with the emulator on the board's clock (boards/clocked_device.py ClockedDevice).
 
 The soak sends random traffic for SOAK["seconds"] of line time (at the test's 460.8 kHz clock) per seed, for
 SOAK["seeds"]; it must meet every reply kind, dropped bytes, bytes arriving while a reply leaves, a RESET stopping a
@@ -25,7 +25,8 @@ import pytest
 from random_ir import random_adapters, random_ir
 
 from hardwire.boards import protocol
-from hardwire.boards.emulator import ClockedDevice, EmulatedDevice
+from hardwire.boards.clocked_device import ClockedDevice
+from hardwire.boards.emulator import EmulatedDevice
 from hardwire.boards.host_link import RX_DEPTH
 from hardwire.boards.sim_board import BOARD_TESTCASE, BoardSim
 from hardwire.quant.quantize import quantize
