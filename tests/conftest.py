@@ -42,15 +42,16 @@ from hardwire.sim.tools import verilator_missing
 # seconds alone on this 2-core machine (2026-12-07, in brackets). Everything else follows in the usual order.
 LONG_FIRST = (
     "ulx3s_build",  # group: the place-and-route run and its two tests (160)
-    "bundled_int8",  # group: the bundled model quantised, its golden tokens, its quality floor, its simulation (95)
-    "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, soak, client, differential), one build (75)
+    "bundled_int8",  # group: the bundled model quantised, its golden tokens, its quality floor and KL ceiling, its
+    #                  simulation (95)
+    "link_rtl",  # group: the board's RTL testcases (session, FIFO, overflow, three soaks, client, differential), one build (87)
     "demo",  # group: the demo's exported model, the demo through Verilator (55)
     "tests/test_sim_cocotb.py::test_cli_sim_writes_a_waveform",  # (46)
     "tests/test_sim_cocotb.py::test_hf_llama_gqa_token_exact",  # (45)
     "tests/test_boards_build.py::test_asic_gates_and_transistors",  # (34)
     "tests/test_sim_cocotb.py::test_cycle_estimate_equals_the_simulated_cycles",  # (31, 30, 24)
     "tests/test_sim_cocotb.py::test_hf_family_token_exact",  # ten builds of the five families (~30 each)
-    "tests/test_quality_floors.py",  # nine quantisations of the bundled models (11 to 25 each)
+    "tests/test_quality_floors.py",  # ten cases, nine quantisations of the bundled models (5 to 9 s each on one thread)
     "small_build",  # group: one small Verilator build and the tests that simulate it (22)
     "cli_build",  # group: `hardwire sim` on one build (optimised C++), then on its tampered reference (19)
 )
