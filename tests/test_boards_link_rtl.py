@@ -22,6 +22,7 @@ import random
 import time
 
 import pytest
+from break_check import assert_varied
 from random_ir import random_adapters, random_ir
 
 from hardwire.boards import protocol
@@ -34,6 +35,7 @@ from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
 TESTCASES = [BOARD_TESTCASE, "rx_buffer", "rx_overflow", "soak", "client", "differential"]  # tb_board's on the fresh sim
+CLIENT_PROMPT = [6, 17, 8]  # its 12 tokens vary ([5, 1, 17] gave fifteen 15s: a link that repeated a token passed)
 BOARD = {"prompt": [2, 9, 4], "n": 4, "garbage": [random.Random(5).randrange(256) for _ in range(24)]}
 SOAK = {"seeds": list(range(16, 16 + int(os.environ.get("HARDWIRE_SOAK_SEEDS", 3)))),
         "seconds": float(os.environ.get("HARDWIRE_SOAK_SECONDS", 2.0)), "prompt": [2, 9, 4], "n": 8}
@@ -58,7 +60,7 @@ def link_sim(tmp_path_factory) -> dict:
                 for (layer, site), a in random_adapters(qm, 4).items()]
     spec = {"long_prompt": [(7 * i + 3) % qm.config.vocab_size for i in range(56)], "rx_depth": RX_DEPTH,
             "token_cycles": cycles_per_token_estimate(qm, HardwarePlan(rows=1, lanes=LANES), 0), "soak": SOAK,
-            "client": {"prompt": [5, 1, 17], "adapters": adapters}, "board": BOARD}
+            "client": {"prompt": CLIENT_PROMPT, "adapters": adapters}, "board": BOARD}
     built = time.time()
     results = sim.run(TESTCASES, spec)
     print(f"\nboard RTL: build {built - start:.1f} s, six testcases {time.time() - built:.1f} s; "
@@ -115,6 +117,8 @@ def test_uart_soak(link_sim, seed):
 @pytest.mark.verilator
 @pytest.mark.xdist_group("link_rtl")
 def test_device_client_against_the_rtl(link_sim):
+    """The testcase holds the client's 12 tokens (and 8 with LoRA) equal to the reference's; here: they vary."""
+    assert_varied(ReferenceDecoder(_qm()).generate(CLIENT_PROMPT, 12))
     _check(link_sim, "client")
 
 

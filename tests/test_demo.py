@@ -63,8 +63,10 @@ def test_demo_with_a_board_builds_and_reports_the_clock(char_model: Path, tmp_pa
     from hardwire.sim.runner import SimResult
 
     def simulate(folder: Path, prompt: list[int], n: int) -> SimResult:  # the simulation is tested above
-        tokens = [1] * n
-        return SimResult(tokens, tokens, True, [1000] * (len(prompt) + n), [8000] * (len(prompt) + n), 8, 0.0, 0.0)
+        tokens, outputs = [1] * n, [1] * (len(prompt) - 1 + n)
+        return SimResult(tokens=tokens, reference_tokens=tokens, match=True, outputs=outputs, reference_outputs=outputs,
+                         cycles=[1000] * (len(prompt) + n), macs=[8000] * (len(prompt) + n), lanes=8, build_seconds=0.0,
+                         run_seconds=0.0)
 
     built: list = []
 
