@@ -27,6 +27,14 @@ bitstream: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# the CPU baseline with every engine (torch eager and compiled, onnxruntime, llama.cpp F32 and Q8_0) on both
+# bundled models, into benchmarks/results/cpu_baseline.json. Installs the bench extra first: llama-cpp-python
+# compiles llama.cpp from source on its first install (5 minutes on 2 cores; its multimodal library is skipped)
+.PHONY: bench-cpu
+bench-cpu: $(STAMP)
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -e ".[bench]"
+	$(PY) benchmarks/cpu_baseline.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
