@@ -51,9 +51,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The whole path on the bundled model: import and proof, quantisation, Verilog, cocotb token-exact
-    simulation of a prompt, and a summary table with tokens per second estimated at the board's clock (a few
-    minutes). With --board, the board's bitstream too (place and route: the long step) and the measured speed."""
+    """The whole path on the bundled model: import and proof, the chip sized for the board (the ULX3S-85F unless
+    --board names another: the scheme of best measured quality that fits, the --rows auto shape), Verilog, cocotb
+    token-exact simulation of a prompt, and a summary table with tokens per second at the clock of a recorded routed
+    build of that design, else estimated at the board's oscillator (a few minutes). With --board, the board's
+    bitstream too (place and route: the long step) and the measured speed."""
     from .demo import DemoOptions, run_demo
 
     return run_demo(DemoOptions(model=args.model, prompt=args.prompt, n=args.n, quant=args.quant, lanes=args.lanes,
@@ -69,31 +71,47 @@ def _rows_option(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a power of two or 'auto', got {value!r}") from None
 
 
+SHAPE_DEFAULTS = {"rows": 1, "lanes": 8, "attention_rows": None, "softmax_lanes": 1, "dsp_rows": None,
+                  "epilogue_lanes": 1}  # `hardwire compile`'s engine without a board: the shape options' defaults
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    """Import, quantise and generate Verilog into a build folder, with a report."""
+    """Import, quantise and generate Verilog into a build folder, with a report. A board named without a shape
+    sizes the engine for it (as --rows auto), and without --quant picks the scheme of best measured quality that
+    fits it."""
     from .quant.quantize import quantize
     from .rtl.build import compile_to
+    from .rtl.plan import HardwarePlan
 
     print(f"importing {args.model} ...", flush=True)
     ir = _load(args.model, args.out / "onnx")  # a Hugging Face folder is exported into the build folder
     print(f"  {ir.config.n_layers} layers x {ir.config.d_model}, {ir.n_params:,} parameters; {ir.proof.summary()}")
-    print(f"quantising ({args.quant}) ...", flush=True)
-    qm = quantize(ir, args.quant, avg_bits=args.avg_bits, context=args.context)
-    rows, lanes, attention_rows, dsp_rows = args.rows, args.lanes, args.attention_rows, args.dsp_rows
-    softmax_lanes, epilogue_lanes = args.softmax_lanes, args.epilogue_lanes
-    if args.rows == "auto":  # the engine shape sized by the board's block RAM and multipliers
-        from .boards.parts import choose_plan, part
+    shape_given = any(getattr(args, name) is not None for name in SHAPE_DEFAULTS)
+    shape = {name: SHAPE_DEFAULTS[name] if getattr(args, name) is None else getattr(args, name)
+             for name in SHAPE_DEFAULTS}
+    auto = args.rows == "auto" or (args.board is not None and not shape_given)
+    if not auto and (args.board is None or args.quant is not None):  # no sizing: the options as given
+        print(f"quantising ({args.quant or 'int8'}) ...", flush=True)
+        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context)
+    else:  # sized for the board: the shape (--rows auto, or a board without a shape), the scheme (no --quant)
+        from .boards.parts import part
+        from .boards.sizing import size_for_board
 
-        board = part(args.board)
-        plan, fit, cycles = choose_plan(qm, board, args.weights)
-        print(f"sized for the {board.title}: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token "
-              f"at position {qm.context // 2}; {fit.summary()}")
-        rows, lanes, attention_rows, dsp_rows = plan.rows, plan.lanes, plan.attention_rows, plan.dsp_rows
-        softmax_lanes, epilogue_lanes = plan.softmax_lanes, plan.epilogue_lanes
+        board = part(args.board or "ulx3s")  # --rows auto alone sizes for the ULX3S-85F, as it always has
+        given = None if auto else HardwarePlan(**shape)
+        choice, sized = size_for_board(
+            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context), board,
+            scheme=args.quant if args.board is not None else args.quant or "int8", plan=given, storage=args.weights,
+            progress=lambda line: print(line, flush=True))
+        qm = choice.qm
+        if choice.chosen:
+            print(choice.summary() + " (--board given without --quant)")
+        implicit = auto and args.rows != "auto"  # the board alone asked for it
+        print(sized.summary() + (f" (--board {args.board} given without a shape: the --rows auto shape)"
+                                 if implicit else ""))
+        shape = {name: getattr(sized.plan, name) for name in SHAPE_DEFAULTS}
     try:
-        report = compile_to(qm, args.out, rows=rows, lanes=lanes, attention_rows=attention_rows, storage=args.weights,
-                            dsp_rows=dsp_rows, softmax_lanes=softmax_lanes, epilogue_lanes=epilogue_lanes,
-                            vocab=ir.vocab)
+        report = compile_to(qm, args.out, storage=args.weights, vocab=ir.vocab, **shape)
     except ValueError as err:  # an engine shape the decoder refuses: its message says what is accepted
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
@@ -279,26 +297,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="quantise a model and generate its Verilog", description=cmd_compile.__doc__)
     comp.add_argument("model", type=Path, help="model.onnx, or a Hugging Face folder (exported into OUT/onnx)")
-    comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="int8",
-                      help="weight scheme (default int8)")
+    comp.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default=None,
+                      help="weight scheme (default: with --board, the best measured quality that fits the board, tried "
+                           "in the order int8, int4, mxfp4, mixed36, int3; else int8)")
     comp.add_argument("--avg-bits", type=float, default=4.0,
                       help="mixed36 budget in bits per weight, codes and scales together (default 4.0)")
-    comp.add_argument("--rows", type=_rows_option, default=1,
-                      help="output rows computed at once, each on its own weight bank (default 1); auto: the "
-                           "fastest shape (rows, lanes, attention rows) whose block RAM and multipliers fit --board")
-    comp.add_argument("--board", choices=("ulx3s", "icebreaker"), default="ulx3s",
-                      help="the board --rows auto sizes the engine for (default ulx3s)")
-    comp.add_argument("--lanes", type=int, default=8, help="multiply-accumulates per row and cycle (default 8)")
+    # the shape options default to None, so that a board named without any of them sizes the engine (SHAPE_DEFAULTS)
+    comp.add_argument("--rows", type=_rows_option, default=None,
+                      help="output rows computed at once, each on its own weight bank (default: with --board and no "
+                           "other shape option, auto; else 1); auto: the fastest shape (rows, lanes, attention rows, "
+                           "softmax, epilogue and DSP rows) whose block RAM and multipliers fit --board")
+    comp.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
+                      help="size the build for this board: the engine (unless a shape option is given) and the "
+                           "scheme (unless --quant is); --rows auto alone sizes for ulx3s")
+    comp.add_argument("--lanes", type=int, default=None, help="multiply-accumulates per row and cycle (default 8)")
     comp.add_argument("--attention-rows", type=int, default=None,
                       help="rows for the attention products, i.e. KV cache banks (default: all rows when they divide "
                            "the head width, else 1)")
-    comp.add_argument("--softmax-lanes", type=int, default=1,
+    comp.add_argument("--softmax-lanes", type=int, default=None,
                       help="scores per cycle in the softmax's exponent and output passes, a power of two dividing "
                            "--lanes (default 1; each lane's exponent table is a block RAM)")
     comp.add_argument("--dsp-rows", type=int, default=None,
                       help="row units whose multipliers are DSP blocks; the others multiply by shift-add in the "
                            "fabric (default: all rows on DSPs; --rows auto chooses)")
-    comp.add_argument("--epilogue-lanes", type=int, default=1,
+    comp.add_argument("--epilogue-lanes", type=int, default=None,
                       help="output rows per cycle through bias, rescale and destination, a power of two dividing "
                            "--rows and --lanes (default 1; the attention outputs and LoRA A take one; "
                            "--rows auto chooses)")
@@ -367,14 +389,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", type=Path, default=BUNDLED_MODEL, help="model to use (default: the bundled one)")
     demo.add_argument("--prompt", default="ROMEO:", help="prompt text")
     demo.add_argument("-n", type=_token_count, default=32, help="tokens to generate in the simulation (default 32)")
-    demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default="mixed36",
-                      help="weight scheme (default mixed36: int8 weights do not fit the ULX3S-85F's block RAM)")
-    demo.add_argument("--lanes", type=int, default=16)
+    demo.add_argument("--quant", choices=("int8", "mixed36", "mxfp4", "int4", "int3"), default=None,
+                      help="weight scheme (default: the best measured quality that fits the board, tried in the order "
+                           "int8, int4, mxfp4, mixed36, int3; on the bundled model int8 does not fit the ULX3S-85F)")
+    demo.add_argument("--lanes", type=int, default=None,
+                      help="build 1 row x LANES lanes (default: the shape `hardwire compile --rows auto` picks for "
+                           "the board)")
     demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
     demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
                       help="also build this board's bitstream after the simulation (place and route: 45-70 minutes "
-                           "for the bundled model; `make bitstream` runs --board ulx3s); default: stop after the "
-                           "simulation, with tokens/s estimated at the ULX3S's 25 MHz clock (a few minutes)")
+                           "for the bundled model; `make bitstream` runs --board ulx3s); default: size the chip for "
+                           "the ULX3S-85F and stop after the simulation, with tokens/s at the clock of a recorded "
+                           "routed build of that design, else estimated at the ULX3S's 25 MHz oscillator (minutes)")
     demo.add_argument("--no-board", dest="board", action="store_const", const=None,
                       help="stop after the simulation (the default; kept for old scripts)")
     demo.add_argument("-o", "--out", type=Path, default=Path("build/demo"), help="build folder (default build/demo)")

@@ -115,6 +115,80 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
     assert "expected a power of two or 'auto', got 'three'" in capsys.readouterr().err
 
 
+# a ULX3S-85F cut to 20 DP16KD: the example model's int8 fits no shape (it needs 22 at the smallest), its int4
+# fits from 17 up
+SMALL_BRAM_BLOCKS = 20
+SCHEME_WHY = ("the best measured quality that fits the ULX3S-85F (order int8 > int4 > mxfp4 > mixed36 > int3: top-1 "
+              "agreement with the float model, benchmarks/quality.py, the same order on both bundled models)")
+
+
+def test_cli_compile_with_a_board_sizes_the_engine_as_rows_auto(exported, tmp_path, capsys):
+    """Naming a board without a shape builds what --rows auto builds for it (not 1 row x 8 lanes), and says so; a
+    board without --quant picks the scheme (int8 fits this model); a shape given is built as given."""
+    from hardwire.boards.parts import ULX3S_85F, choose_plan
+    from hardwire.quant.qmodel import QModel
+
+    _, path = exported("example-dynamo")
+    assert main(["compile", str(path), "--quant", "int8", "--rows", "auto", "--board", "ulx3s",
+                 "-o", str(tmp_path / "auto")]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(path), "--board", "ulx3s", "-o", str(tmp_path / "board")]) == 0
+    out = capsys.readouterr().out
+    qm = QModel.load(tmp_path / "board")
+    plan, fit, cycles = choose_plan(qm, ULX3S_85F, "rom")
+    assert f"\nscheme int8: {SCHEME_WHY} (--board given without --quant)\n" in out
+    assert (f"\nsized for the ULX3S-85F: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} cycles/token at "
+            f"position 16; {fit.summary()} (--board ulx3s given without a shape: the --rows auto shape)\n") in out
+    for name in ("report.json", "decoder.v", "qmodel.npz"):  # the very build --rows auto makes
+        assert (tmp_path / "board" / name).read_bytes() == (tmp_path / "auto" / name).read_bytes(), name
+    assert json.loads((tmp_path / "board" / "report.json").read_text())["rows"] > 1
+
+    assert main(["compile", str(path), "--board", "ulx3s", "--quant", "int8", "--lanes", "4",
+                 "-o", str(tmp_path / "given")]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "given" / "report.json").read_text())
+    assert (saved["rows"], saved["lanes"], saved["scheme"]) == (1, 4, "int8")  # as given, as before: no sizing
+    assert "sized for" not in out and "scheme int8:" not in out
+
+
+def test_cli_compile_with_a_board_picks_the_best_scheme_that_fits(exported, tmp_path, capsys, monkeypatch):
+    """On a part whose block RAM int8 overflows at every shape, a board build without --quant takes int4, the next in
+    measured quality, and says why; --quant int8 on it fails as before; a given shape is checked for each scheme."""
+    from dataclasses import replace
+
+    from hardwire.boards import parts
+    from hardwire.boards.parts import ULX3S_85F, choose_plan
+    from hardwire.quant.qmodel import QModel
+
+    small = replace(ULX3S_85F, bram_blocks=SMALL_BRAM_BLOCKS)
+    monkeypatch.setitem(parts.PARTS, "ulx3s", small)
+    _, path = exported("example-dynamo")
+    assert main(["compile", str(path), "--board", "ulx3s", "-o", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    qm = QModel.load(tmp_path / "b")
+    assert qm.scheme == "int4"
+    assert "\nquantising (int8) ...\n  int8 does not fit the ULX3S-85F: no engine shape fits: " in out
+    assert f"\nquantising (int4) ...\nscheme int4: {SCHEME_WHY}; int8 does not fit (--board given without --quant)\n" \
+        in out
+    plan, _, cycles = choose_plan(qm, small, "rom")
+    assert f"\nsized for the ULX3S-85F: {plan.shape} ({plan.macs_per_cycle} MACs/cycle), {cycles:,} " in out
+    saved = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert (saved["rows"], saved["lanes"], saved["attention_rows"]) == (plan.rows, plan.lanes, plan.attention_rows)
+
+    assert main(["compile", str(path), "--board", "ulx3s", "--quant", "int8", "--rows", "auto",
+                 "-o", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.startswith("hardwire: error: no engine shape fits: ")
+
+    assert main(["compile", str(path), "--board", "ulx3s", "--lanes", "2", "-o", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "d" / "report.json").read_text())
+    assert (saved["rows"], saved["lanes"], saved["scheme"]) == (1, 2, "mixed36")  # narrow words fill blocks worse
+    for scheme in ("int8", "int4", "mxfp4"):
+        assert f"\n  {scheme} does not fit the ULX3S-85F: {scheme}, 1 row x 2 lanes needs " in out
+    assert f"\nscheme mixed36: {SCHEME_WHY}; int8, int4 and mxfp4 do not fit (--board given without --quant)\n" in out
+    assert "\nas given: 1 row x 2 lanes (2 MACs/cycle), " in out
+
+
 def test_fit_counts_dsp_and_shift_add_lanes():
     """MAC lanes on DSP blocks count against the part's multipliers; the shift-add rows' LUTs against a share of
     its LUT4s; --rows auto moves the rows beyond the multipliers to shift-add."""
