@@ -52,6 +52,14 @@ class Part:
     bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
     min_decoder_luts: int  # LUT4s the smallest decoder needs on this family, measured: a floor checked before any tool
     lutram: bool  # distributed RAM (TRELLIS_DPR16X4, 16 x 4 bits, cost 4) that a small RAM may take instead
+    routable_macs: int | None = None  # MACs per cycle of the widest engine measured to route on this part (None: no
+    #                                   limit known); --rows auto picks nothing wider
+
+    @property
+    def bram_margin(self) -> int:
+        """Blocks --rows auto leaves free: 2% (4 of the ULX3S-85F's 208). yosys mapped both recorded ULX3S builds to
+        2 DP16KD more than the estimate (183 -> 185 at 4 x 16, 207 -> 209 at 4 x 32, 2026-12-07)."""
+        return int(0.02 * self.bram_blocks)
 
     @property
     def bram_block_bits(self) -> int:
@@ -69,7 +77,9 @@ ULX3S_85F = Part(
     bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
     dsps=156, dsp_name="MULT18X18D", infers_dsps=True,  # 156 18x18 multipliers
     spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
-    min_decoder_luts=10_601)  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
+    min_decoder_luts=10_601,  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
+    routable_macs=64)  # 4 rows x 16 lanes routed (70 min, timing met, 2026-12-06 and -07); 4 x 32 (128 MACs/cycle)
+#                        did not route in an hour (nextpnr router1, 2026-12-06)
 
 ICEBREAKER = Part(
     board="icebreaker", title="iCEBreaker", device="iCE40UP5K", family="ice40",
@@ -297,7 +307,8 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
 
 
 def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, FitEstimate, int]:
-    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part;
+    """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part with
+    its margin (`Part.bram_margin`) and that is no wider than the part's measured routable limit (`routable_macs`);
     as many row units as the part's multipliers allow (beside the rest of the decoder) multiply on DSP blocks, the
     others by shift-add in the fabric, within a share of the LUTs. Ties go to fewer MACs per cycle, then fewer
     shift-add LUTs.
@@ -309,6 +320,8 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
     position = qm.context // 2
     ranked = []  # the cycles are quick to count, the fit is not: estimate the fit in order of speed, until one fits
     for plan in candidate_plans(qm, storage):
+        if part.routable_macs is not None and plan.macs_per_cycle > part.routable_macs:
+            continue  # wider than any engine measured to route on this part
         others = OTHER_DSPS + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
         dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes)) if part.infers_dsps else plan.rows
         if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
@@ -320,7 +333,7 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
         if best is not None and (cycles, macs) > best[0][:2]:
             break  # slower, or as fast with more MACs, than one that fits
         fit = estimate_model(qm, part, plan, label=f"{plan.shape}")
-        if fit.problems():
+        if fit.problems() or fit.blocks > part.bram_blocks - part.bram_margin:
             continue
         key = (cycles, macs, fit.shift_add_luts, plan.epilogue_lanes, plan.rows)
         if best is None or key < best[0]:
