@@ -16,6 +16,7 @@ import torch
 from ..frontend.float_model import float_forward
 from ..frontend.ir import Linear, ModelConfig, ModelIR
 from .calibrate import Calibration, calibrate, self_generated
+from .divergence import kl_per_token
 from .fixedpoint import bits_for, multiplier, multipliers
 from .fold import fold_norms
 from .gptq import gptq
@@ -130,12 +131,11 @@ def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.
 
     The tensor is quantised exactly as it will be stored (input steps folded in), then unfolded.
     """
-    reference = float_forward(folded, cal.ids).double().log_softmax(-1)
+    reference = float_forward(folded, cal.ids)
     out = {}
     for name, w in _weights(folded).items():
         fake = _stored_weight(name, w, weight_format, bits, cal, in_steps(name))
-        logp = float_forward(_with_weight(folded, name, fake), cal.ids).double().log_softmax(-1)
-        out[name] = float((reference.exp() * (reference - logp)).sum(-1).mean())
+        out[name] = kl_per_token(reference, float_forward(_with_weight(folded, name, fake), cal.ids))
     return out
 
 
@@ -288,6 +288,13 @@ def check_supported(ir: ModelIR, context: int) -> None:
                                 f"reference and the RTL do not); supported: {'; '.join(SUPPORTED_FEATURES)}")
 
 
+def default_calibration(ir: ModelIR, context: int | None = None) -> torch.Tensor:
+    """The calibration text quantize() uses when given none: sequences the float model writes itself (no corpus
+    needed), as long as the context allows up to 128 tokens; the same for every scheme. -> (sequences, length)."""
+    context = context or ir.config.context or 128
+    return self_generated(fold_norms(ir), sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
+
+
 def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_ids: torch.Tensor | None = None,
              context: int | None = None, lora: LoraSpec = DEFAULT_LORA) -> QModel:
     """Quantise a ModelIR into the integer program the hardware runs."""
@@ -304,7 +311,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                 f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.gated)}")
     folded = fold_norms(ir)  # norm gains and biases into the projections
     if calib_ids is None:
-        calib_ids = self_generated(folded, sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
+        calib_ids = default_calibration(ir, context)
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     weight_scheme = WEIGHT_FORMAT[scheme]
     d, gated = cfg.d_model, cfg.gated

@@ -25,15 +25,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import hardwire.quant.quantize as quantize_module
 from hardwire.cli import BUNDLED_MODEL
 from hardwire.frontend import ModelIR, float_forward, load
 from hardwire.frontend.vocab import encode
 from hardwire.quant import reference
-from hardwire.quant.calibrate import self_generated
 from hardwire.quant.divergence import kl_per_token
 from hardwire.quant.qmodel import QModel
-from hardwire.quant.quantize import quantize
+from hardwire.quant.quantize import default_calibration, quantize
 
 VALIDATION_HEAD = Path(__file__).resolve().parent / "data" / "tinyshakespeare_validation_head.txt"
 PIECES_MODEL = BUNDLED_MODEL.parent / "tinyshakespeare_pieces.onnx"
@@ -74,25 +72,11 @@ class _Model:
     ir: ModelIR
     ids: torch.Tensor  # (16, 128) the slice
     float_logits: torch.Tensor  # (16, 128, vocab)
-    calib_ids: torch.Tensor | None = None  # (32, 128) what quantize calibrated on by default; None until it ran once
+    calib_ids: torch.Tensor  # (32, 128) quantize's default calibration text (default_calibration)
 
     def quantize(self, scheme: str) -> QModel:
-        """quantize(self.ir, scheme), the default calibration text sampled on the first call and passed on later ones."""
-        if self.calib_ids is not None:
-            return quantize(self.ir, scheme, calib_ids=self.calib_ids)
-        written = []  # recorded, not rebuilt here: the floors hold whatever calibration quantize chooses by default
-
-        def recording(*args, **kwargs) -> torch.Tensor:
-            written.append(self_generated(*args, **kwargs))
-            return written[-1]
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(quantize_module, "self_generated", recording)
-            qm = quantize(self.ir, scheme)
-        assert len(written) == 1, (f"quantize(ir, {scheme!r}) sampled {len(written)} calibration texts through "
-                                   "quant.calibrate.self_generated; these cases reuse the one it samples by default")
-        self.calib_ids = written[0]
-        return qm
+        """quantize(self.ir, scheme), with the default calibration text made once."""
+        return quantize(self.ir, scheme, calib_ids=self.calib_ids)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +87,7 @@ def models() -> Callable[[Path], _Model]:
         if model not in cache:
             ir = load(model)
             ids = _slice(ir.vocab)
-            cache[model] = _Model(ir, ids, float_forward(ir, ids))
+            cache[model] = _Model(ir, ids, float_forward(ir, ids), default_calibration(ir))
         return cache[model]
 
     return get
