@@ -11,7 +11,6 @@ from break_check import assert_varied
 from random_ir import random_adapters, random_ir
 from rtl_sim import decode, run
 
-from hardwire.quant import blocks
 from hardwire.quant.qmodel import LoraSpec
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import LoraAdapter, ReferenceDecoder
@@ -37,15 +36,8 @@ def _decode(dut: Decoder, writes: list[tuple[int, int]], rng: random.Random) -> 
 
 
 def _reference(qm, lora=None) -> list[int]:
-    decoder = ReferenceDecoder(qm, lora=lora)
-    out = []
-    for token, new_seq in FEED:
-        if new_seq:
-            decoder.reset()
-        out.append(int(blocks.argmax(decoder.step(token))))
-    for _ in range(GENERATE):
-        out.append(int(blocks.argmax(decoder.step(out[-1]))))
-    return out
+    """The output after every token fed: FEED's prompt, then GENERATE tokens each fed back."""
+    return ReferenceDecoder(qm, lora=lora).outputs([token for token, _ in FEED], GENERATE + 1)
 
 
 @pytest.mark.parametrize("family,lanes", [("llama", 4), ("gpt2", 2)])
