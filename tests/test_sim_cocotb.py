@@ -29,17 +29,15 @@ import numpy as np
 import pytest
 import torch
 from break_check import assert_case_catches
-from random_ir import random_ir, scheme_options
+from random_ir import random_adapters, random_ir, scheme_options
 
 from hardwire.cli import main
 from hardwire.frontend import load
-from hardwire.quant.lora import quantize_lora
 from hardwire.quant.mutations import breaks
 from hardwire.quant.qmodel import QModel
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder, forward
 from hardwire.rtl.build import compile_to
-from hardwire.rtl.lora_map import lora_address_map
 from hardwire.sim.runner import Feed, Generate, LoadLora, run_steps, simulate
 
 pytestmark = pytest.mark.verilator  # fails, never skips, without Verilator (tests/conftest.py)
@@ -183,27 +181,17 @@ def test_windowed_layer_token_exact_past_its_window(small_build):
     assert [r["output"] for r in records[2:]] == want
 
 
-def _adapters(qm, seed: int, zero: bool = False) -> dict:
-    rng = np.random.default_rng(seed)
-    adapters = {}
-    for slot in lora_address_map(qm):
-        a = np.zeros((slot.rank, slot.in_features)) if zero else rng.normal(scale=0.5, size=(slot.rank, slot.in_features))
-        b = np.zeros((slot.out_features, slot.rank)) if zero else rng.normal(scale=0.5, size=(slot.out_features, slot.rank))
-        adapters[slot.layer, slot.site] = quantize_lora(qm, slot.layer, slot.site, a, b, alpha=8.0)
-    return adapters
-
-
 @pytest.mark.xdist_group("small_build")
 def test_lora_through_the_host_port(small_build):
     qm, path = small_build
     prompt = [3, 7, 1]
-    adapters = _adapters(qm, 6)
+    adapters = random_adapters(qm, 6)
     with_adapter = ReferenceDecoder(qm, lora=adapters).generate(prompt, 5)
     base = ReferenceDecoder(qm).generate(prompt, 5)
     assert with_adapter != base  # the adapter changes the tokens
-    steps = [LoadLora(_adapters(qm, 0, zero=True)), Generate(prompt, 5),
+    steps = [LoadLora(random_adapters(qm, 0, zero=True)), Generate(prompt, 5),
              LoadLora(adapters), Generate(prompt, 5),
-             LoadLora(_adapters(qm, 0, zero=True)), Generate(prompt, 5)]
+             LoadLora(random_adapters(qm, 0, zero=True)), Generate(prompt, 5)]
     records, _, _ = run_steps(path, steps, seed=6, idle=0.3, stall=0.2, optimise=False, progress=False)
     loads, runs = records[0::2], records[1::2]
     assert all(r["written"] > 0 for r in loads)
