@@ -25,6 +25,7 @@ from ..rtl.plan import plan_from_report
 from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
 
 NAME = "top"  # the design's name inside board_<board>/: top.bit / top.bin, top.tim (nextpnr log), top.rpt (yosys log)
+ROUTER = "router2"  # nextpnr's router: router1 stalled on the 4 x 32 engine for an hour where router2 converged
 
 
 def tool_command(tool: str) -> str:
@@ -233,7 +234,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
               f"{' from a PLL' if top.pll is not None else ''}, {baud} baud; fit estimate: {fit.summary()}", flush=True)
         print(f"elaborating the board design into {out} ...", flush=True)
     plan = top.platform.prepare(top, name=NAME,
-                                nextpnr_opts=["--report", f"{NAME}.report.json", "--timing-allow-fail"],
+                                nextpnr_opts=["--report", f"{NAME}.report.json", "--timing-allow-fail", "--router", ROUTER],
                                 **_synthesis_script(target.family))
     if out.exists():  # stale products of an earlier build must not be taken for this one's
         for stale in (f"{NAME}.stat.json", f"{NAME}.report.json", f"{NAME}.bit", f"{NAME}.bin", f"{NAME}.config",
@@ -274,7 +275,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
         "timing_met": timing_met, "cycles_per_token": cycles,
         "tok_s": round(top.clock_mhz * 1e6 / cycles, 1),  # what this bitstream does, at the clock it is built with
         "tok_s_at_fmax": round(fmax * 1e6 / cycles, 1),  # what the logic could do if clocked at its Fmax
-        "tok_s_source": source, "baud": baud, "seconds": round(time.time() - start, 1), "tool_seconds": seconds,
+        "tok_s_source": source, "baud": baud, "seconds": round(time.time() - start, 1), "tool_seconds": seconds, "router": ROUTER,
         "bitstream": str(bitstream), "utilisation": used,
     }
     (folder / f"build_{board}.json").write_text(json.dumps(result, indent=1) + "\n")

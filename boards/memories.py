@@ -17,10 +17,12 @@ from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, SILU_OUT_BITS, exp_tabl
 from ..rtl.datapath import ACT_BITS
 from ..rtl.lora_map import lora_address_map
 from ..rtl.norm import X_BITS, NormSite, coef_words
-from ..rtl.plan import HardwarePlan, kv_bank_shapes, table_shapes, weight_bank_shapes
+from ..rtl.plan import KV_BITS, HardwarePlan, kv_bank_shapes, table_shapes, weight_bank_shapes, weight_formats
 from ..rtl.rescale import MULT_BITS, SHIFT_BITS
 from ..rtl.rope import TABLE_BITS as ROPE_BITS
 from ..rtl.softmax import E_BITS, Z_MAX
+from ..rtl.weight_banks import WeightBanks
+from ..rtl.weight_store import WeightStore
 from .host_link import RX_DEPTH
 
 if TYPE_CHECKING:
@@ -28,10 +30,15 @@ if TYPE_CHECKING:
 
 SCORE_BITS = 32  # rtl/softmax.py's default score width, the one the Decoder uses
 
-# yosys memory_libmap's choice (passes/memory/memory_libmap.cc): the cheapest of soft logic (bits x 1/16 for a
-# ROM, x 1 for a RAM, truncated to an integer), LUT RAM and block RAM, where a RAM cell option costs its cells x
-# the library's cell cost, plus 0.5 per bit of read multiplexer and per write-enable demultiplexer output when
-# the depth spans several cells. A memory wins only by a strictly lower cost; on a tie soft logic stays.
+# yosys memory_libmap's choice (passes/memory/memory_libmap.cc, MemMapping::handle_geom): the cheapest of soft
+# logic (bits x 1/16 for a ROM, x 1 for a RAM, truncated to an integer), LUT RAM and block RAM. For one aspect
+# ratio (cell depth D, width W) it lays the word out in a "swizzle": a RAM written element by element starts each
+# element on a byte boundary (the cell's write-enable granularity, at most W), so an int8 element takes 9 bits of
+# an ECP5 block; a ROM's bits are packed. The memory's depth spans mult_a = ceil(depth / D) cells, and the cells
+# are ceil(mult_a x swizzle / W), replicated per read port: the columns left over in one stripe of depth share a
+# cell with the next stripe's. Cost: cells x the cell's cost, plus 0.5 per bit of read multiplexer
+# ((mult_a - 1) x width per read port) and 0.5 per write-enable demultiplexer output (mult_a x the distinct
+# enables, when mult_a > 1). A memory wins only by a strictly lower cost; on a tie soft logic stays.
 LOGIC_COST_ROM = 1 / 16
 LOGIC_COST_RAM = 1.0
 FACTOR_MUX = 0.5
@@ -40,12 +47,17 @@ LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST = 16, 4, 4  # TRELLIS_DPR16X4 (share/lat
 
 @dataclass(frozen=True)
 class BlockMemory:
-    """One synchronously read memory: block RAM, unless yosys finds a cheaper home for it."""
+    """One synchronously read memory: block RAM, unless yosys finds a cheaper home for it.
+
+    `width` is the live width: for a ROM the bit columns that are not constant (yosys's opt_mem drops the rest).
+    """
 
     name: str
     kind: str  # "weights", "tables" (rsqrt, exp), "kv", "lora", "buffers"
     depth: int
     width: int
+    element_bits: int = 0  # a RAM written element by element (write granularity 1 on an ArrayLayout): its bits
+    read_ports: int = 1
 
     @property
     def bits(self) -> int:
@@ -55,19 +67,26 @@ class BlockMemory:
     def rom(self) -> bool:
         return self.kind in ("weights", "tables")
 
-    def _option(self, cells_deep: int, cells: int, cell_cost: float) -> float:
-        mux = (cells_deep - 1) * self.width  # read multiplexer across the cells stacked in depth
-        demux = cells_deep if not self.rom and cells_deep > 1 else 0  # write enables, one per stacked cell
-        return cells * cell_cost + FACTOR_MUX * (mux + demux)
+    def _swizzle(self, byte: int) -> int:
+        """Bits of the word laid out in cells whose write enables cover `byte` bits: each element rounded up."""
+        if self.rom or not self.element_bits or byte <= 1:
+            return self.width
+        whole, rest = divmod(self.width, self.element_bits)
+        return whole * -(-self.element_bits // byte) * byte + -(-rest // byte) * byte
+
+    def _option(self, cell_depth: int, cell_width: int, cell_cost: float, byte: int) -> tuple[float, int]:
+        """(cost, cells) of one aspect ratio; `byte`: the cell's write-enable granularity (0: its whole width)."""
+        mult_a = -(-self.depth // cell_depth)
+        effective = cell_width if not byte or byte > cell_width else byte
+        cells = self.read_ports * -(-mult_a * self._swizzle(effective) // cell_width)
+        mux = self.read_ports * (mult_a - 1) * self.width
+        enables = (self.width // self.element_bits if self.element_bits else 1) if not self.rom else 0
+        demux = mult_a * enables if mult_a > 1 else 0
+        return cells * cell_cost + FACTOR_MUX * (mux + demux), cells
 
     def _block_option(self, part: Part) -> tuple[float, int]:
         """(cost, blocks) of the cheapest aspect ratio of the part's block RAM."""
-        options = []
-        for depth, width in part.bram_shapes:
-            deep = -(-self.depth // depth)
-            blocks = deep * -(-self.width // width)
-            options.append((self._option(deep, blocks, part.bram_cost), blocks))
-        return min(options)
+        return min(self._option(depth, width, part.bram_cost, part.bram_byte) for depth, width in part.bram_shapes)
 
     def blocks(self, part: Part) -> int:
         """Block RAMs this memory takes if it goes to block RAM."""
@@ -80,8 +99,7 @@ class BlockMemory:
         if block >= logic:
             return False
         if part.lutram and not self.rom:  # ROMs never go to LUT RAM (prune_rom)
-            deep = -(-self.depth // LUTRAM_DEPTH)
-            if self._option(deep, deep * -(-self.width // LUTRAM_WIDTH), LUTRAM_COST) <= block:
+            if self._option(LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST, 0)[0] <= block:
                 return False
         return True
 
@@ -97,13 +115,34 @@ def live_bits(values: list[int], width: int) -> int:
     return max(1, bin(ones & zeros).count("1"))
 
 
+def weight_live_bits(qm: QModel, plan: HardwarePlan) -> dict[str, int]:
+    """The live width of every weight ROM (the embedding, learned positions, each format's row banks), from the
+    words rtl/weight_banks.py stores: a bank whose shift field or top code bit never changes is that much narrower
+    in block RAM (one DP16KD fewer on the bundled model's int4 bank 0 at 2 x 32)."""
+    def live_bits(store: WeightStore) -> int:
+        store._MustUse__silence = True  # built for its words only, never elaborated
+        return store.live_bits
+
+    live = {name: live_bits(WeightStore(table.codes.numpy(), table.block_shift.numpy(), lanes=plan.lanes,
+                                        code_bits=table.bits, scheme=table.scheme, storage="rom"))
+            for name, table in (("embed", qm.embed), ("pos", qm.pos)) if table is not None}
+    linears = dict(qm.linears())
+    for index, ((scheme, bits), names) in enumerate(weight_formats(qm).items()):
+        banks = WeightBanks([(linears[n].codes.numpy(), linears[n].block_shift.numpy()) for n in names],
+                            rows=plan.rows, lanes=plan.lanes, code_bits=bits, scheme=scheme, storage="rom")
+        banks._MustUse__silence = True
+        live.update({f"weights{index}.bank{b}": live_bits(bank) for b, bank in enumerate(banks.banks)})
+    return live
+
+
 def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     """The Decoder's synchronously read memories: the plan's weight and KV banks, tables and buffers."""
     cfg = qm.config
     lanes, chunks = plan.lanes, plan.chunks
     mems: list[BlockMemory] = []
     if plan.storage == "rom":  # "logic" weights are case tables: gates, not memories
-        mems += [BlockMemory(name, "weights", depth, width)
+        live = weight_live_bits(qm, plan)
+        mems += [BlockMemory(name, "weights", depth, live[name])
                  for name, depth, width in table_shapes(qm, plan) + weight_bank_shapes(qm, plan)]
     # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
     # counted at their live width, from the contents the RTL bakes in
@@ -116,13 +155,13 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits) for qn in norms]
     coefs = [sum(c << (coef_bits * k) for k, c in enumerate(word)) for word in coef_words(sites, d, width)]
     mems.append(BlockMemory("norm_coef", "tables", len(coefs), live_bits(coefs, width * coef_bits)))
-    mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS))
+    mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS, X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
     # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become
     # ROMs in synthesis); an activation unit per epilogue lane, holding every layer's table
     mems.append(BlockMemory("softmax_buf", "buffers", plan.chunks_of(qm.context, sm_lanes),
-                            sm_lanes * max(SCORE_BITS, E_BITS)))
+                            sm_lanes * max(SCORE_BITS, E_BITS), max(SCORE_BITS, E_BITS)))
     mems += [BlockMemory(f"exp{k}", "tables", Z_MAX + 1, exp) for k in range(sm_lanes)]
     act_entries = [v for layer in qm.layers for v in layer.act_table.tolist()]
     act_bits = SILU_OUT_BITS if cfg.gated else 8
@@ -133,12 +172,13 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
             mems.append(BlockMemory(name, "tables", qm.context * (cfg.head_dim // 2),
                                     live_bits(table.flatten().tolist(), ROPE_BITS)))
     qdim = cfg.n_heads * cfg.head_dim
-    mems += [BlockMemory(name, "kv", depth, width) for name, depth, width in kv_bank_shapes(qm, plan)]
-    for slot in lora_address_map(qm):  # A is read synchronously; B (combinational reads) lands in LUT RAM
-        mems.append(BlockMemory(f"lora_a.{slot.layer}.{slot.site}", "lora", slot.rank * chunks(slot.in_features),
-                                lanes * 8))
+    mems += [BlockMemory(name, "kv", depth, width, KV_BITS) for name, depth, width in kv_bank_shapes(qm, plan)]
+    for slot in lora_address_map(qm):  # A: one read port; B: one per epilogue lane (the delta prefetch)
+        where = f"{slot.layer}.{slot.site}"
+        mems.append(BlockMemory(f"lora_a.{where}", "lora", slot.rank * chunks(slot.in_features), lanes * 8, 8))
+        mems.append(BlockMemory(f"lora_b.{where}", "lora", slot.out_features, slot.rank * 8, 8, plan.epilogue_lanes))
     for name, n in (("act", max(cfg.d_model, qdim)), ("hid", cfg.ffn), ("qrot", qdim), ("probs", qm.context)):
-        mems.append(BlockMemory(name, "buffers", chunks(n), lanes * ACT_BITS))
+        mems.append(BlockMemory(name, "buffers", chunks(n), lanes * ACT_BITS, ACT_BITS))
     mems.append(BlockMemory("host_link.buffer", "buffers", 512, 8))  # boards/host_link.py: two payload banks
     # the receive FIFO (SyncFIFOBuffered: a memory of depth - 1 entries and an output register)
     mems.append(BlockMemory("host_link.rx_fifo", "buffers", RX_DEPTH - 1, 8))

@@ -50,6 +50,8 @@ class Part:
     spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
     clock_mhz: float  # the board's oscillator
     bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
+    bram_byte: int  # the block's write-enable granularity in bits ("byte" in those files): a RAM written element by
+    #                 element gives each element a whole number of bytes (int8 in 9 bits on the ECP5)
     min_decoder_luts: int  # LUT4s the smallest decoder needs on this family, measured: a floor checked before any tool
     lutram: bool  # distributed RAM (TRELLIS_DPR16X4, 16 x 4 bits, cost 4) that a small RAM may take instead
     routable_macs: int | None = None  # MACs per cycle of the widest engine measured to route on this part (None: no
@@ -57,8 +59,11 @@ class Part:
 
     @property
     def bram_margin(self) -> int:
-        """Blocks --rows auto leaves free: 2% (4 of the ULX3S-85F's 208). yosys mapped both recorded ULX3S builds to
-        2 DP16KD more than the estimate (183 -> 185 at 4 x 16, 207 -> 209 at 4 x 32, 2026-12-07)."""
+        """Blocks --rows auto leaves free: 2% (4 of the ULX3S-85F's 208), for what the estimate cannot see (a memory
+        the decoder gains before boards/memories.py learns of it). The estimate follows yosys's memory_libmap and
+        equals its count on both board builds of 2026-12-07 evening (208 at int4 2 x 32, 210 at int4 4 x 32,
+        attention on 2); before, it had missed LoRA B, the KV cache's 9-bit bytes and the packing across stripes
+        (201 and 201 estimated)."""
         return int(0.02 * self.bram_blocks)
 
     @property
@@ -76,7 +81,7 @@ ULX3S_85F = Part(
     bram_blocks=208, bram_name="DP16KD",  # 208 sysMEM blocks of 18 Kbit = 3,744 Kbit
     bram_shapes=((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
     dsps=156, dsp_name="MULT18X18D", infers_dsps=True,  # 156 18x18 multipliers
-    spram_bits=0, clock_mhz=25.0, bram_cost=128, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
+    spram_bits=0, clock_mhz=25.0, bram_cost=128, bram_byte=9, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
     min_decoder_luts=10_601,  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
     routable_macs=64)  # 4 rows x 16 lanes routed (70 min, timing met, 2026-12-06 and -07); 4 x 32 (128 MACs/cycle)
 #                        did not route in an hour (nextpnr router1, 2026-12-06)
@@ -88,7 +93,7 @@ ICEBREAKER = Part(
     bram_shapes=((2048, 2), (1024, 4), (512, 8), (256, 16)),
     dsps=8, dsp_name="SB_MAC16", infers_dsps=False,
     spram_bits=4 * 256 * 1024,  # 4 SPRAM of 256 Kbit: no initial contents, so never a weight ROM
-    clock_mhz=12.0, bram_cost=64, lutram=False,  # the iCEBreaker's 12 MHz oscillator (clk12)
+    clock_mhz=12.0, bram_cost=64, bram_byte=1, lutram=False,  # the iCEBreaker's 12 MHz oscillator (clk12)
     # 27,007 SB_LUT4 measured for 1 layer of 8, 8 lanes, with UART and host link (yosys 0.70 synth_ice40); the
     # decoder alone has measured about 18,500: that smaller figure is the floor
     min_decoder_luts=18_500)

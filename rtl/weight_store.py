@@ -181,6 +181,16 @@ class WeightStore(wiring.Component):
         """Storage size in bits: words * word_bits."""
         return self.words * self.word_bits
 
+    @property
+    def live_bits(self) -> int:
+        """Bit columns that are not the same in every word: what yosys keeps of the ROM (opt_mem drops the rest)."""
+        mask = (1 << self.word_bits) - 1
+        ones = zeros = 0
+        for word in self._words_init:
+            ones |= word
+            zeros |= ~word & mask
+        return max(1, bin(ones & zeros).count("1"))
+
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
         word = Signal(unsigned(self.word_bits))  # the word read last, registered (the memory's output in "rom")

@@ -105,8 +105,8 @@ def _stand_in_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "simulate", simulate)
 
 
-# a ULX3S-85F cut to 20 DP16KD: the example model's int8 fits no shape (it needs 22 at the smallest), its int4
-# fits from 17 up
+# a ULX3S-85F cut to 20 DP16KD: the example model's int8 fits no shape --rows auto tries (22 blocks at 1 row x 2
+# lanes), its int4 does (18 at 1 x 2)
 SMALL_BRAM_BLOCKS = 20
 SCHEME_WHY = ("the best measured quality that fits the ULX3S-85F (order int8 > int4 > mxfp4 > mixed36 > int3: top-1 "
               "agreement with the float model, benchmarks/quality.py, the same order on both bundled models)")
