@@ -18,7 +18,7 @@ from .plan import epilogue_width, score_beat
 def build_engine(dp: Datapath) -> None:
     """The mv_* registers, the address generator and the row units' inputs.
     Adds: mv_start, mv_tensor, mv_format, mv_group, mv_mode, mv_src, mv_attn, mv_wide, mv_rows, mv_chunks,
-    mv_groups, mv_row_stride, mv_code_base, mv_act_base, code_addr, issuing, pending, lora_on."""
+    mv_groups, mv_row_stride, mv_code_base, mv_act_base, issuing, pending, advance, staged, lora_on."""
     m, cfg, ctx, d, qdim = dp.m, dp.qm.config, dp.ctx, dp.d, dp.qdim
     dp.mv_start = Signal()  # one-cycle pulse, set by the schedule with the mv_* registers below
     m.d.sync += dp.mv_start.eq(0)
@@ -51,29 +51,46 @@ def _address_generator(dp: Datapath) -> None:
     dp.issuing, dp.pending = Signal(), Signal()
     dp.first_q, dp.last_q = Signal(), Signal()
     advance = Signal()
-    m.d.comb += advance.eq(~dp.pending | dp.macs[0].i.ready)
-    dp.code_addr = Signal.like(dp.mv_code_base)
+    dp.advance = advance
+    dp.staged = Signal()  # a word waits in the row units' input registers (_row_unit_inputs)
+    m.d.comb += advance.eq(~dp.staged | dp.macs[0].i.ready)
+    # the read addresses are registers (row_base + chunk and mv_act_base + chunk, kept up to date as they move),
+    # with one counter of its own per weight bank, KV bank and LoRA A: the banks fill the die, and one register
+    # driving every block's address pins was the routed 4 x 32 build's critical path (17 ns of routing,
+    # 2026-12-07). Each copy counts for itself (its own incrementer), so synthesis cannot merge them
     act_addr = Signal.like(dp.mv_act_base)
-    m.d.comb += [dp.code_addr.eq(row_base + chunk), act_addr.eq(dp.mv_act_base + chunk)]
-    for wb in dp.banks:
-        m.d.comb += [wb.addr.eq(dp.code_addr), wb.en.eq(advance)]
+    copies: list[Signal] = []
+
+    def address_copy(name: str) -> Signal:
+        copy = Signal.like(dp.mv_code_base, name=name)
+        copies.append(copy)
+        return copy
+
+    for f, wb in enumerate(dp.banks):
+        m.d.comb += [wb.addr[b].eq(address_copy(f"code_addr_f{f}_b{b}")) for b in range(wb.rows)]
+        m.d.comb += wb.en.eq(advance)
     for port in dp.rd.values():
         m.d.comb += [port.addr.eq(act_addr), port.en.eq(advance)]
-    for port in dp.k_rd + dp.v_rd:
-        m.d.comb += [port.addr.eq(dp.code_addr), port.en.eq(advance)]
-    m.d.comb += [dp.lora.a_addr.eq(dp.code_addr), dp.lora.a_en.eq(advance)]
+    for b, port in enumerate(dp.k_rd):
+        m.d.comb += [port.addr.eq(address_copy(f"code_addr_k{b}")), port.en.eq(advance)]
+    for b, port in enumerate(dp.v_rd):
+        m.d.comb += [port.addr.eq(address_copy(f"code_addr_v{b}")), port.en.eq(advance)]
+    m.d.comb += [dp.lora.a_addr.eq(address_copy("code_addr_lora")), dp.lora.a_en.eq(advance)]
     with m.If(dp.mv_start):
-        m.d.sync += [dp.issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(dp.mv_code_base)]
+        m.d.sync += [dp.issuing.eq(1), row.eq(0), chunk.eq(0), row_base.eq(dp.mv_code_base),
+                     act_addr.eq(dp.mv_act_base), *(copy.eq(dp.mv_code_base) for copy in copies)]
     with m.Elif(advance):
         m.d.sync += dp.pending.eq(dp.issuing)
         with m.If(dp.issuing):
             m.d.sync += [dp.first_q.eq(chunk == 0), dp.last_q.eq(chunk == dp.mv_chunks - 1)]
             with m.If(chunk == dp.mv_chunks - 1):
-                m.d.sync += [chunk.eq(0), row.eq(row + 1), row_base.eq(row_base + dp.mv_row_stride)]
+                next_base = row_base + dp.mv_row_stride
+                m.d.sync += [chunk.eq(0), row.eq(row + 1), row_base.eq(next_base), act_addr.eq(dp.mv_act_base),
+                             *(copy.eq(next_base) for copy in copies)]
                 with m.If(row == dp.mv_groups - 1):
                     m.d.sync += dp.issuing.eq(0)
             with m.Else():
-                m.d.sync += chunk.eq(chunk + 1)
+                m.d.sync += [chunk.eq(chunk + 1), act_addr.eq(act_addr + 1), *(copy.eq(copy + 1) for copy in copies)]
 
 
 def _row_unit_inputs(dp: Datapath) -> None:
@@ -99,10 +116,20 @@ def _row_unit_inputs(dp: Datapath) -> None:
         for src, name in ((Source.ACT, "act"), (Source.HID, "hid"), (Source.Q, "qrot"), (Source.PROBS, "probs")):
             with m.Case(src):
                 m.d.comb += acts_sel.eq(dp.rd[name].data)
+    # one register stage between the memories' multiplexers and the row units (ENGINE_INPUT_STAGE): the banks
+    # fill the die, so a weight bank's depth multiplexer and the format / KV / LoRA choice after it are a cycle of
+    # routing of their own (the routed 2 x 32 build's critical path, 2026-12-07: 20 ns of it)
+    codes_q = Signal.like(codes_sel)
+    shift_q = Signal.like(shift_sel)
+    acts_q = Signal.like(acts_sel)
+    first_s, last_s = Signal(), Signal()
+    with m.If(dp.advance):
+        m.d.sync += [dp.staged.eq(dp.pending), codes_q.eq(codes_sel), shift_q.eq(shift_sel), acts_q.eq(acts_sel),
+                     first_s.eq(dp.first_q), last_s.eq(dp.last_q)]
     for r, mac in enumerate(dp.macs):
-        m.d.comb += [mac.i.valid.eq(dp.pending), mac.i.payload.codes.eq(codes_sel[r]),
-                     mac.i.payload.shift.eq(shift_sel[r]), mac.i.payload.acts.eq(acts_sel),
-                     mac.i.payload.first.eq(dp.first_q), mac.i.payload.last.eq(dp.last_q)]
+        m.d.comb += [mac.i.valid.eq(dp.staged), mac.i.payload.codes.eq(codes_q[r]),
+                     mac.i.payload.shift.eq(shift_q[r]), mac.i.payload.acts.eq(acts_q),
+                     mac.i.payload.first.eq(first_s), mac.i.payload.last.eq(last_s)]
 
 
 def _serializer_input(dp: Datapath) -> None:

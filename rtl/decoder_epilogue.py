@@ -56,7 +56,7 @@ def build_epilogue(dp: Datapath) -> None:
     _attention_and_head_destinations(dp)
     hid_left = _hidden_writer(dp)
     dp.mv_done = Signal()
-    m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.mv_start & (dp.rows_left == 0) &
+    m.d.comb += dp.mv_done.eq(~dp.issuing & ~dp.pending & ~dp.staged & ~dp.mv_start & (dp.rows_left == 0) &
                               Mux(dp.mv_mode == Mode.UP, hid_left == 0, 1))
 
 

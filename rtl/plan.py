@@ -21,8 +21,9 @@ from .rope import LATENCY as ROPE_LATENCY
 from .skid_buffer import LATENCY as SKID_LATENCY
 from .weight_store import SHIFT_FIELD_BITS
 
-MV_OVERHEAD = MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # MAC pipeline, rescale, the epilogue's skid
-#                                                                buffer, start and hand-over states
+ENGINE_INPUT_STAGE = 1  # the row units' inputs registered after the memories' multiplexers (rtl/decoder_engine.py)
+MV_OVERHEAD = ENGINE_INPUT_STAGE + MAC_LATENCY + RESCALE_LATENCY + SKID_LATENCY + 4  # the input register, MAC
+#                                       pipeline, rescale, the epilogue's skid buffer, start and hand-over states
 RESID_STAGE = 2  # the residual update's registers (rtl/decoder_epilogue.py): a norm loaded by a product ends 2 cycles later
 KV_BITS = 8  # KV cache entries are int8 (numerics §6)
 VECTOR_LANES = 8  # elements per cycle of the norm's output pass (at most)

@@ -5,7 +5,9 @@ at once, so it needs `rows` weight words per cycle. Row `o` of every tensor live
 `o % rows`; within a bank, a tensor's rows follow each other (`o // rows`, padded with
 zero rows to whole groups), and the tensors of the format follow each other, so each bank
 is one deep memory (block RAM is only full when it is deep) and no multiplexer chooses
-among tensors. All banks share one address: `base[t] + group * chunks[t] + chunk`.
+among tensors. All banks read the same address, `base[t] + group * chunks[t] + chunk`, each from its own copy
+of it (`addr[b]`): the engine keeps one address counter per bank, so that no one register drives the address
+pins of every block RAM across the die.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def bank_rows(codes: np.ndarray, rows: int, bank: int) -> np.ndarray:
 
 
 class WeightBanks(wiring.Component):
-    """`addr` + `en` in; a cycle later, one word of `lanes` codes (and its block shift) from every bank."""
+    """`addr[b]` (bank b's copy of the address) + `en` in; a cycle later, one word of `lanes` codes (and its block
+    shift) from every bank."""
 
     def __init__(self, tensors: list[tuple[np.ndarray, np.ndarray | None]], *, rows: int, lanes: int, code_bits: int,
                  scheme: str, storage: str) -> None:
@@ -45,7 +48,7 @@ class WeightBanks(wiring.Component):
         self.bases = self.banks[0].bases  # the same in every bank: each holds ceil(out / rows) rows of a tensor
         self.words, self.word_bits = self.banks[0].words, self.banks[0].word_bits
         super().__init__({
-            "addr": In(unsigned(max(1, (self.words - 1).bit_length()))),
+            "addr": In(data.ArrayLayout(unsigned(max(1, (self.words - 1).bit_length())), rows)),
             "en": In(1),
             "codes": Out(data.ArrayLayout(data.ArrayLayout(signed(LANE_BITS), lanes), rows)),
             "shift": Out(data.ArrayLayout(unsigned(SHIFT_BITS), rows)),
@@ -59,6 +62,6 @@ class WeightBanks(wiring.Component):
         m = Module()
         for index, bank in enumerate(self.banks):
             m.submodules[f"bank{index}"] = bank
-            m.d.comb += [bank.addr.eq(self.addr), bank.en.eq(self.en), self.codes[index].eq(bank.codes),
+            m.d.comb += [bank.addr.eq(self.addr[index]), bank.en.eq(self.en), self.codes[index].eq(bank.codes),
                          self.shift[index].eq(bank.shift)]
         return m

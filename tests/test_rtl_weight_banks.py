@@ -55,7 +55,7 @@ def test_weight_banks_hold_every_row_of_every_tensor(rows, lanes, scheme, storag
         order = list(range(banks.words))
         random.Random(rows).shuffle(order)
         for address in order:
-            ctx.set(banks.addr, address)
+            ctx.set(banks.addr, [address] * rows)
             ctx.set(banks.en, 1)
             await ctx.tick()
             ctx.set(banks.en, 0)
