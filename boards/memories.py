@@ -98,10 +98,9 @@ class BlockMemory:
         logic = int(self.bits * (LOGIC_COST_ROM if self.rom else LOGIC_COST_RAM))
         if block >= logic:
             return False
-        if part.lutram and not self.rom:  # ROMs never go to LUT RAM (prune_rom)
-            if self._option(LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST, 0)[0] <= block:
-                return False
-        return True
+        # ROMs never go to LUT RAM (prune_rom)
+        lutram = part.lutram and not self.rom and self._option(LUTRAM_DEPTH, LUTRAM_WIDTH, LUTRAM_COST, 0)[0] <= block
+        return not lutram
 
 
 def live_bits(values: list[int], width: int) -> int:

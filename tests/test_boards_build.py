@@ -197,9 +197,9 @@ def _too_big_for_ulx3s(folder: Path) -> Path:
 
 def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _too_big_for_ulx3s(tmp_path / "big")
-    expected = ("big (int8, 1 row x 8 lanes, context 64) needs 5,253,120 block-RAM bits (285 DP16KD of 18,432 bits for "
-                "4,305,272 bits of memories: weights 4,063,232 (the embedding and head's codes 131,072), tables 75,648, "
-                "kv 131,072, lora 16,384, buffers 18,936), "
+    expected = ("big (int8, 1 row x 8 lanes, context 64) needs 4,829,184 block-RAM bits (262 DP16KD of 18,432 bits for "
+                "4,317,560 bits of memories: weights 4,063,232 (the embedding and head's codes 131,072), tables 75,648, "
+                "kv 131,072, lora 28,672, buffers 18,936), "
                 "the ULX3S-85F has 3,833,856 (208 DP16KD); try --quant mixed36 or mxfp4")
     with pytest.raises(FitError) as err:
         check_fit(folder, "ulx3s")
@@ -213,10 +213,10 @@ def test_fit_check_refuses_int8_on_the_ulx3s(tmp_path: Path, capsys: pytest.Capt
 def test_fit_check_refuses_the_icebreaker(tmp_path: Path) -> None:
     folder = _tiny(tmp_path / "tiny", "rom")
     expected = ("tiny (int8, 1 row x 4 lanes, context 16) needs at least 18,500 LUT4s (the smallest decoder measured), "
-                "the iCEBreaker has 5,280; tiny (int8, 1 row x 4 lanes, context 16) needs 135,168 block-RAM bits (33 "
-                "SB_RAM40_4K of 4,096 bits for 69,912 bits of memories: weights 26,624 (the embedding and head's codes "
+                "the iCEBreaker has 5,280; tiny (int8, 1 row x 4 lanes, context 16) needs 151,552 block-RAM bits (37 "
+                "SB_RAM40_4K of 4,096 bits for 70,680 bits of memories: weights 26,624 (the embedding and head's codes "
                 "8,192), tables 30,976, kv 2,048, lora "
-                "1,024, buffers 9,240), the iCEBreaker has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very "
+                "1,792, buffers 9,240), the iCEBreaker has 122,880 (30 SB_RAM40_4K); the iCEBreaker holds only very "
                 "small models; try --board ulx3s")
     with pytest.raises(FitError) as err:
         build_board(folder, "icebreaker", progress=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
