@@ -58,8 +58,9 @@ def _quality(model: Path, scheme: str) -> str:
 
 
 def routed_build(model: Path, qm: QModel, plan: HardwarePlan, board: str) -> dict | None:
-    """The newest routed build recorded for this board, model file, scheme, context and engine shape, or None.
-    Another shape, scheme or model is another circuit, whose clock says nothing about this one."""
+    """The newest routed build with timing met recorded for this board, model file, scheme, context and engine
+    shape, or None. Another shape, scheme or model is another circuit, whose clock says nothing about this one;
+    a build that missed timing says only that its clock is too fast (routed_builds.json keeps those too)."""
     if not ROUTED_BUILDS.exists():
         return None
     hd = qm.config.head_dim
@@ -68,7 +69,7 @@ def routed_build(model: Path, qm: QModel, plan: HardwarePlan, board: str) -> dic
             "attention_rows": plan.attn_rows(hd), "softmax_lanes": plan.softmax_lanes,
             "epilogue_lanes": plan.epilogue_lanes, "dsp_rows": plan.rows - plan.shift_add_rows}
     builds = [b for b in json.loads(ROUTED_BUILDS.read_text())["builds"]
-              if all(b.get(key) == value for key, value in want.items())]  # the demo's mixed36: the default budget
+              if b.get("timing_met") and all(b.get(key) == value for key, value in want.items())]
     return max(builds, key=lambda b: b["date"], default=None)
 
 
@@ -79,11 +80,10 @@ def _speed(model: Path, qm: QModel, plan: HardwarePlan, board: Part, cycles_per_
     if build is None:
         return (f"{board.clock_mhz * 1e6 / cycles_per_token:,.0f} (ESTIMATE: the {board.title}'s {board.clock_mhz:g} "
                 f"MHz oscillator, the clock its bitstream runs at by default, / simulated cycles per token of "
-                f"{plan.shape}, {qm.scheme}; no routed build of this shape and scheme is recorded in "
-                f"{ROUTED_BUILDS_NAME}, so no place and route has checked a clock for it)")
-    timing = "timing met" if build["timing_met"] else "timing NOT met"
+                f"{plan.shape}, {qm.scheme}; no routed build of this shape and scheme that met timing is recorded "
+                f"in {ROUTED_BUILDS_NAME}, so no place and route has checked a clock for it)")
     return (f"{build['clock_mhz'] * 1e6 / cycles_per_token:,.0f} at {build['clock_mhz']:g} MHz, the clock of the routed "
-            f"build of {plan.shape}, {qm.scheme} on the {board.title} of {build['date']} ({timing}, Fmax "
+            f"build of {plan.shape}, {qm.scheme} on the {board.title} of {build['date']} (timing met, Fmax "
             f"{build['fmax_mhz']:g} MHz; {ROUTED_BUILDS_NAME}), / simulated cycles per token")
 
 

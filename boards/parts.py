@@ -83,8 +83,9 @@ ULX3S_85F = Part(
     dsps=156, dsp_name="MULT18X18D", infers_dsps=True,  # 156 18x18 multipliers
     spram_bits=0, clock_mhz=25.0, bram_cost=128, bram_byte=9, lutram=True,  # the ULX3S's 25 MHz oscillator (clk25)
     min_decoder_luts=10_601,  # 1 layer of 16, 4 lanes, with UART and host link (multipliers in MULT18X18D)
-    routable_macs=64)  # 4 rows x 16 lanes routed (70 min, timing met, 2026-12-06 and -07); 4 x 32 (128 MACs/cycle)
-#                        did not route in an hour (nextpnr router1, 2026-12-06)
+    routable_macs=128)  # int4 4 rows x 32 lanes (attention on 1, softmax on 8, 1 shift-add row) routed with
+#                        nextpnr's router2 in 33 minutes (2026-12-07, 57,243 LUT4, 198 DP16KD, 152 MULT18X18D); with
+#                        router1 no 128-MAC shape routed in an hour (2026-12-06). Nothing wider has been tried
 
 ICEBREAKER = Part(
     board="icebreaker", title="iCEBreaker", device="iCE40UP5K", family="ice40",
