@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/speed.py [--model M.onnx] [--configs 1x16,4x16/2,8x16] [--quant int8] [-n 16]
                                          [--board ulx3s | --no-board] [--board-configs 4x16/2] [--no-cpu]
+                                         [--scheduler tcp://host:8786 | --workers N]
 
 A configuration is ROWSxLANES[/ATTENTION_ROWS] (rtl/plan.py's HardwarePlan). For each: compile
 (time per stage), simulate the Verilog under cocotb + Verilator (cycles per token, MAC
@@ -12,6 +13,9 @@ tokens/s at the clock the bitstream is built with (and at Fmax). Then the CPU ba
 the block-RAM bandwidth bound (weight bits per token / (BRAMs on the part × port width):
 the fewest cycles any ROM design could take on that part) and bits and BRAM per parameter.
 Prints a table, writes benchmarks/results/speed.json and, with matplotlib, speed.png.
+
+The points run as Dask tasks (benchmarks/fan_out.py): on a local cluster of one worker process per
+core by default, or on the cluster whose scheduler `--scheduler` names.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import platform
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))  # run from a checkout: the root is the hardwire package
+
+from fan_out import fan_out  # noqa: E402
 
 from hardwire.cli import BUNDLED_MODEL  # noqa: E402
 from hardwire.frontend import load  # noqa: E402
@@ -61,7 +68,7 @@ def label(plan: HardwarePlan) -> str:
             (f":e{plan.epilogue_lanes}" if plan.epilogue_lanes > 1 else ""))
 
 
-def sweep_point(ir: object, qm: object, plan: HardwarePlan, args: argparse.Namespace, log: object) -> dict:
+def sweep_point(ir: object, qm: object, plan: HardwarePlan, *, args: argparse.Namespace, log: object) -> dict:
     """One engine shape: compile, simulate, fit estimate, and (with a board) place and route."""
     name = label(plan)
     build = args.build_root / name.replace("/", "a")
@@ -219,6 +226,10 @@ def main() -> None:
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU baseline")
     parser.add_argument("--build-root", type=Path, default=ROOT / "build" / "speed")
     parser.add_argument("--out", type=Path, default=RESULTS / "speed.json")
+    parser.add_argument("--scheduler", default=None,
+                        help="a Dask scheduler's address (tcp://host:8786) to run the points on; default: a local "
+                             "cluster of one single-threaded worker process per core")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes of the local cluster")
     args = parser.parse_args()
 
     def log(s: str) -> None:
@@ -230,8 +241,10 @@ def main() -> None:
     qm = quantize(ir, args.quant)
     stages = {"import_s": round(imported - start, 1), "quantise_s": round(time.time() - imported, 1)}
     log(f"imported in {stages['import_s']} s, quantised ({args.quant}) in {stages['quantise_s']} s")
-    rows = sorted((sweep_point(ir, qm, parse_config(c), args, log) for c in args.configs.split(",")),
-                  key=lambda r: (r["macs_per_cycle"], r["config"]))
+    plans = [parse_config(c) for c in args.configs.split(",")]
+    rows = fan_out(partial(sweep_point, ir, qm, args=args, log=print), plans, scheduler=args.scheduler,
+                   workers=args.workers, log=log)
+    rows = sorted(rows, key=lambda r: (r["macs_per_cycle"], r["config"]))
     result = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "model": str(args.model.name),
               "machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores",
               "quant": args.quant, "weights": args.weights, "board": args.board, "tokens": args.tokens,
