@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/hardwire demo
 
-# the demo, then synthesis, place and route and packing for the ULX3S-85F (45-70 minutes for the bundled model)
+# the demo, then synthesis, place and route and packing for the ULX3S-85F (15-35 minutes for the bundled model)
 bitstream: $(STAMP)
 	@echo "make bitstream: the demo, then the ULX3S-85F bitstream of the bundled model into build/demo/board_ulx3s/"
-	@echo "  place and route is the long step: 45-70 minutes on a 2-core machine, a progress line every 30 s"
+	@echo "  place and route is the long step: 15-35 minutes on a 2-core machine, a progress line every 30 s"
 	$(VENV)/bin/hardwire demo --board ulx3s
 
 test: $(STAMP)

@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "the board)")
     demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
     demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
-                      help="also build this board's bitstream after the simulation (place and route: 45-70 minutes "
+                      help="also build this board's bitstream after the simulation (place and route: 15-35 minutes "
                            "for the bundled model; `make bitstream` runs --board ulx3s); default: size the chip for "
                            "the ULX3S-85F and stop after the simulation, with tokens/s at the clock of a recorded "
                            "routed build of that design, else estimated at the ULX3S's 25 MHz oscillator (minutes)")

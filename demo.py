@@ -6,7 +6,7 @@ scheme of best measured quality that fits and the `--rows auto` engine shape (bo
 second at the clock a routed build of that very design reached (benchmarks/results/routed_builds.json,
 with its date), or else estimated at the board's oscillator and labelled so: a few minutes.
 With a board (`hardwire demo --board ulx3s`, `make bitstream`) the bitstream follows the
-simulation (place and route: 45–70 minutes for the bundled model on 2 cores) and the summary
+simulation (place and route: 15–35 minutes for the bundled model on 2 cores) and the summary
 has the measured Fmax and tokens per second. Each stage prints as it goes; the summary
 collects the figures a user judges the chip by.
 """
@@ -155,7 +155,7 @@ def run_demo(opts: DemoOptions) -> int:
         start = time.time()
         target = part(opts.board)
         print(f"[5/{steps}] building the {target.title} bitstream: synthesis, place and route, packing. This is the "
-              f"long step (45–70 minutes for the bundled model on a 2-core machine); a progress line every 30 s, "
+              f"long step (15–35 minutes for the bundled model on a 2-core machine); a progress line every 30 s, "
               f"Ctrl-C stops it", flush=True)
         fit = build_board(opts.out, opts.board)
         times["place and route"] = time.time() - start
@@ -188,7 +188,7 @@ def run_demo(opts: DemoOptions) -> int:
         print(f"  {key:<{width}}  {value}")
     print(f"\ngenerated text:\n{text}")
     if fit is None:
-        print(f"\nThe demo stops here: the FPGA bitstream is a separate, long step (place and route, 45–70 minutes for "
+        print(f"\nThe demo stops here: the FPGA bitstream is a separate, long step (place and route, 15–35 minutes for "
               f"the bundled model on a 2-core machine). Run `{BITSTREAM_COMMAND}` (or `hardwire demo --board "
               f"{ESTIMATE_BOARD}`) for it and the measured speed.")
     return 0 if sim.match else 1
