@@ -62,53 +62,38 @@ def build_epilogue(dp: Datapath) -> None:
 
 def _rescale_inputs(dp: Datapath) -> None:
     """Each lane's bias, multiplier and shift: the tensor's per-row constants (a wide beat reads one word of
-    `wide` rows), identity for scores, the layer's attention scale for PV, the slot's A scale for LoRA A.
-
-    They are looked up a cycle ahead, for the row the next beat starts at (`row_next`), and registered: the
-    per-row constant tables are case tables in LUTs, and their lookup and the projection's choice among them
-    before the rescale was the routed int4 4 x 16 build's critical path (24.2 ns, Fmax 41.2 MHz, 2026-12-07).
-    The mode, the projection and the layer are set when a product starts, cycles before its first beat."""
+    `wide` rows), identity for scores, the layer's attention scale for PV, the slot's A scale for LoRA A."""
     m, wide = dp.m, dp.wide
-    serializer = dp.serializer
-    take = Signal()
-    m.d.comb += take.eq(serializer.o.valid & dp.rescales[0].i.ready)
-    row_next = Signal.like(dp.row_in)  # row_in in the next cycle
-    m.d.comb += row_next.eq(Mux(dp.mv_start, 0, Mux(take, dp.row_in + serializer.o.payload.count, dp.row_in)))
     bias = [Signal(signed(dp.acc_bits), name=f"bias{e}") for e in range(wide)]
     mult = [Signal(15, name=f"mult{e}") for e in range(wide)]
     shift = [Signal(6, name=f"shift{e}") for e in range(wide)]
-    bias_n = [Signal(signed(dp.acc_bits), name=f"bias_next{e}") for e in range(wide)]
-    mult_n = [Signal(15, name=f"mult_next{e}") for e in range(wide)]
-    shift_n = [Signal(6, name=f"shift_next{e}") for e in range(wide)]
-    m.d.sync += [*(a.eq(b) for a, b in zip(bias, bias_n, strict=True)),
-                 *(a.eq(b) for a, b in zip(mult, mult_n, strict=True)),
-                 *(a.eq(b) for a, b in zip(shift, shift_n, strict=True))]
     att_mult, att_shift = Signal(15), Signal(6)
     with m.Switch(dp.layer_sel):
         for i, layer in enumerate(dp.qm.layers):
             with m.Case(i):
                 m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
     with m.If(dp.mv_mode == Mode.SCORES):
-        m.d.comb += [*(mu.eq(1 << 14) for mu in mult_n), *(sh.eq(14) for sh in shift_n)]  # identity: scores pass
+        m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
     with m.Elif(dp.mv_mode == Mode.PV):
-        m.d.comb += [mult_n[0].eq(att_mult), shift_n[0].eq(att_shift)]
+        m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
     with m.Elif(dp.mv_mode == Mode.LORA_A):
-        m.d.comb += [mult_n[0].eq(dp.lora.a_mult), shift_n[0].eq(dp.lora.a_shift)]
+        m.d.comb += [mult[0].eq(dp.lora.a_mult), shift[0].eq(dp.lora.a_shift)]
     with m.Else(), m.Switch(dp.mv_tensor):
         wide_bits = (wide - 1).bit_length()
         for index, name in enumerate(dp.linears):
             with m.Case(index):
                 port = dp.params[name]
-                m.d.comb += port.addr.eq(row_next >> wide_bits)
+                m.d.comb += port.addr.eq(dp.row_in >> wide_bits)
                 for e in range(wide):
-                    entry = port.data[e] if e else port.data[Mux(dp.mv_wide, 0, row_next[:wide_bits])]
-                    m.d.comb += [bias_n[e].eq(entry.bias), mult_n[e].eq(entry.mult), shift_n[e].eq(entry.shift)]
+                    entry = port.data[e] if e else port.data[Mux(dp.mv_wide, 0, dp.row_in[:wide_bits])]
+                    m.d.comb += [bias[e].eq(entry.bias), mult[e].eq(entry.mult), shift[e].eq(entry.shift)]
+    serializer = dp.serializer
     for e, unit in enumerate(dp.rescales):
         m.d.comb += [unit.i.valid.eq(serializer.o.valid),
                      unit.i.payload.value.eq(serializer.o.payload.values[e] + bias[e]),
                      unit.i.payload.mult.eq(mult[e]), unit.i.payload.shift.eq(shift[e])]
     m.d.comb += serializer.o.ready.eq(dp.rescales[0].i.ready)
-    with m.If(take):
+    with m.If(serializer.o.valid & dp.rescales[0].i.ready):
         m.d.sync += dp.row_in.eq(dp.row_in + serializer.o.payload.count)
     with m.If(dp.mv_start):
         m.d.sync += [dp.row_in.eq(0), dp.row_out.eq(0)]
