@@ -118,11 +118,11 @@ def weight_live_bits(qm: QModel, plan: HardwarePlan) -> dict[str, int]:
     """The live width of every weight ROM (the embedding, learned positions, each format's row banks), from the
     words rtl/weight_banks.py stores: a bank whose shift field or top code bit never changes is that much narrower
     in block RAM (one DP16KD fewer on the bundled model's int4 bank 0 at 2 x 32)."""
-    def live_bits(store: WeightStore) -> int:
+    def store_live_bits(store: WeightStore) -> int:
         store._MustUse__silence = True  # built for its words only, never elaborated
-        return store.live_bits
+        return live_bits(store.stored_words, store.word_bits)
 
-    live = {name: live_bits(WeightStore(table.codes.numpy(), table.block_shift.numpy(), lanes=plan.lanes,
+    live = {name: store_live_bits(WeightStore(table.codes.numpy(), table.block_shift.numpy(), lanes=plan.lanes,
                                         code_bits=table.bits, scheme=table.scheme, storage="rom"))
             for name, table in (("embed", qm.embed), ("pos", qm.pos)) if table is not None}
     linears = dict(qm.linears())
@@ -130,7 +130,7 @@ def weight_live_bits(qm: QModel, plan: HardwarePlan) -> dict[str, int]:
         banks = WeightBanks([(linears[n].codes.numpy(), linears[n].block_shift.numpy()) for n in names],
                             rows=plan.rows, lanes=plan.lanes, code_bits=bits, scheme=scheme, storage="rom")
         banks._MustUse__silence = True
-        live.update({f"weights{index}.bank{b}": live_bits(bank) for b, bank in enumerate(banks.banks)})
+        live.update({f"weights{index}.bank{b}": store_live_bits(bank) for b, bank in enumerate(banks.banks)})
     return live
 
 

@@ -182,14 +182,9 @@ class WeightStore(wiring.Component):
         return self.words * self.word_bits
 
     @property
-    def live_bits(self) -> int:
-        """Bit columns that are not the same in every word: what yosys keeps of the ROM (opt_mem drops the rest)."""
-        mask = (1 << self.word_bits) - 1
-        ones = zeros = 0
-        for word in self._words_init:
-            ones |= word
-            zeros |= ~word & mask
-        return max(1, bin(ones & zeros).count("1"))
+    def stored_words(self) -> list[int]:
+        """The words as stored, each `word_bits` wide (what the fit estimate measures the live width of)."""
+        return self._words_init
 
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
