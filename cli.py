@@ -203,7 +203,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_flash(args: argparse.Namespace) -> int:
     """Load the board's bitstream from a build folder with openFPGALoader."""
-    from .boards.flash import FlashError, flash
+    from .host.flash import FlashError, flash
 
     try:
         flash(args.build, args.board, write_flash=args.flash)
@@ -215,8 +215,8 @@ def cmd_flash(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Talk to a board (or `hardwire emulate`) over its UART: text in, the model's continuation streamed back."""
-    from .boards.chat import ChatError, run_chat
-    from .boards.client import LinkError
+    from .host.chat import ChatError, run_chat
+    from .host.client import LinkError
 
     try:
         run_chat(args.port, build=args.build, n=args.n, prompt=args.prompt, baud=args.baud, timeout=args.timeout)
@@ -238,7 +238,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from .boards.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
+    from .host.emulator import EmulatedDevice, PtyEmulator, frame_timeout_s, load_build
 
     # Ctrl-C stops it even when started with SIGINT ignored, as a non-interactive shell starts background jobs
     # (`make test &`): Python then installs no handler of its own. Installed before the port is printed, so a

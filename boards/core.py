@@ -2,7 +2,7 @@
 
 UART pins in, UART pins out, four LEDs: a UartRx and UartTx at clocks-per-bit =
 round(clk_hz / baud), the HostLink protocol engine, and the Decoder. boards/top.py puts it
-on a platform (pins, PLL); the cocotb test (boards/sim_board.py) drives its pins directly.
+on a platform (pins, PLL); the cocotb test (sim/sim_board.py) drives its pins directly.
 """
 
 # no `from __future__ import annotations`: wiring.Component reads the port annotations as objects

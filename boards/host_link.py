@@ -1,4 +1,4 @@
-"""HostLink: the host protocol (boards/protocol.py) between the UART byte streams and the Decoder.
+"""HostLink: the host protocol (host/protocol.py) between the UART byte streams and the Decoder.
 
 Three parts run side by side, so that a RESET can stop a GENERATE that is streaming tokens:
   receiver  parses frames from `rx` into one bank of a 2 x 256-byte buffer, checks the CRC, op
@@ -25,8 +25,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..host import protocol
 from ..rtl.decoder import status_layout, token_layout
-from . import protocol
 from .link_codes import REPLY_BYTES, REPLY_LAYOUT, Error, Op, Reply, crc8_step
 from .receive_fifo import ReceiveFifo
 

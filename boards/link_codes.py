@@ -1,5 +1,5 @@
 """The host protocol's codes in hardware: commands, replies and errors as Amaranth enums (values from
-boards/protocol.py, the host side's single definition), the reply layout and the CRC-8 step.
+host/protocol.py, the host side's single definition), the reply layout and the CRC-8 step.
 """
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Value, unsigned
 from amaranth.lib import data, enum
 
-from . import protocol
+from ..host import protocol
 
 
 class Op(enum.Enum, shape=8):
-    """Host → device commands (values from boards/protocol.py)."""
+    """Host → device commands (values from host/protocol.py)."""
 
     RESET = protocol.Op.RESET.value
     FEED = protocol.Op.FEED.value

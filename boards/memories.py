@@ -10,7 +10,7 @@ and are counted by synthesis, not here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..quant.qmodel import QModel
 from ..quant.tables import RSQRT_BITS, RSQRT_INDEX_BITS, SILU_OUT_BITS, exp_table, rsqrt_table
@@ -25,8 +25,15 @@ from ..rtl.weight_banks import WeightBanks
 from ..rtl.weight_store import WeightStore
 from .host_link import RX_DEPTH
 
-if TYPE_CHECKING:
-    from .parts import Part
+
+class BlockRams(Protocol):
+    """What a part's block RAM is to the memory mapper (boards/parts.py's Part has these): the fit check asks
+    the memories, so the memories know only this much of a part."""
+
+    bram_shapes: tuple[tuple[int, int], ...]  # (depth, width) aspect ratios of one block
+    bram_cost: int  # memory_libmap's cost of one block
+    bram_byte: int  # write-enable granularity in bits
+    lutram: bool  # whether distributed RAM may take a small RAM instead
 
 SCORE_BITS = 32  # rtl/softmax.py's default score width, the one the Decoder uses
 
@@ -84,15 +91,15 @@ class BlockMemory:
         demux = mult_a * enables if mult_a > 1 else 0
         return cells * cell_cost + FACTOR_MUX * (mux + demux), cells
 
-    def _block_option(self, part: Part) -> tuple[float, int]:
+    def _block_option(self, part: BlockRams) -> tuple[float, int]:
         """(cost, blocks) of the cheapest aspect ratio of the part's block RAM."""
         return min(self._option(depth, width, part.bram_cost, part.bram_byte) for depth, width in part.bram_shapes)
 
-    def blocks(self, part: Part) -> int:
+    def blocks(self, part: BlockRams) -> int:
         """Block RAMs this memory takes if it goes to block RAM."""
         return self._block_option(part)[1]
 
-    def in_block_ram(self, part: Part) -> bool:
+    def in_block_ram(self, part: BlockRams) -> bool:
         """Whether yosys puts it in block RAM: a shallow buffer or a small table is cheaper in LUTs."""
         block = self._block_option(part)[0]
         logic = int(self.bits * (LOGIC_COST_ROM if self.rom else LOGIC_COST_RAM))

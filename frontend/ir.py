@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .proof import Proof
+from .proof_record import Proof
 
 NormKind = Literal["rms", "layer"]
 Activation = Literal["silu_glu", "gelu_tanh_glu", "gelu_tanh", "gelu", "relu"]

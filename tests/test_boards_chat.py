@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from random_ir import random_adapters, random_ir
 
-from hardwire.boards import protocol
-from hardwire.boards.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
-from hardwire.boards.emulator import EmulatedDevice, PtyEmulator
-from hardwire.boards.protocol import Error, Flag, Hello, Op, Reply
+from hardwire.host import protocol
+from hardwire.host.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
+from hardwire.host.emulator import EmulatedDevice, PtyEmulator
+from hardwire.host.protocol import Error, Flag, Hello, Op, Reply
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
@@ -362,7 +362,7 @@ def build(qm, tmp_path_factory) -> Path:
 
 @pytest.mark.xdist_group("chat_build")
 def test_chat_prints_the_continuation(qm, build, capsys):
-    from hardwire.boards.emulator import load_build
+    from hardwire.host.emulator import load_build
 
     model, plan = load_build(build)
     with PtyEmulator(EmulatedDevice(model, rows=plan.rows, lanes=plan.lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
@@ -374,7 +374,7 @@ def test_chat_prints_the_continuation(qm, build, capsys):
 
 @pytest.mark.xdist_group("chat_build")
 def test_chat_interactive_lines(qm, build, capsys):
-    from hardwire.boards.chat import run_chat
+    from hardwire.host.chat import run_chat
 
     lines = iter(["ab", "xyz?", "c d"])
 
@@ -426,7 +426,7 @@ def test_chat_characters_outside_the_vocabulary(build, capsys):
 
 
 def test_chat_vocabulary_size_mismatch(qm, capsys):
-    from hardwire.boards.chat import BUNDLED_VOCAB
+    from hardwire.host.chat import BUNDLED_VOCAB
 
     with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
         assert main(["chat", "--port", emulator.port, "--prompt", "ROMEO:"]) == 2
@@ -447,7 +447,7 @@ def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
 
 @pytest.mark.xdist_group("chat_build")
 def test_chat_prompt_longer_than_the_context(build, capsys):
-    from hardwire.boards.emulator import load_build
+    from hardwire.host.emulator import load_build
 
     model, plan = load_build(build)
     with PtyEmulator(EmulatedDevice(model, rows=plan.rows, lanes=plan.lanes, frame_timeout=FRAME_TIMEOUT)) as emulator:
@@ -518,7 +518,7 @@ def test_bundled_vocab_copy_matches_the_model():
 
     import onnx
 
-    from hardwire.boards.chat import BUNDLED_VOCAB
+    from hardwire.host.chat import BUNDLED_VOCAB
     from hardwire.cli import BUNDLED_MODEL
 
     proto = onnx.load(str(BUNDLED_MODEL), load_external_data=False)

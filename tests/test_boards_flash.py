@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hardwire.boards.flash import INSTALL, FlashError, bitstream_path, flash
+from hardwire.host.flash import INSTALL, FlashError, bitstream_path, flash
 from hardwire.cli import main
 
 

@@ -9,10 +9,10 @@ import pytest
 from amaranth.hdl import Fragment, Module
 from random_ir import random_adapters, random_ir
 
-from hardwire.boards import protocol
+from hardwire.host import protocol
 from hardwire.boards.core import BoardCore
 from hardwire.boards.host_link import HostLink
-from hardwire.boards.protocol import Reply
+from hardwire.host.protocol import Reply
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.decoder import Decoder

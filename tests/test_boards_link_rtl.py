@@ -1,10 +1,10 @@
 """BoardCore as RTL, through its UART pins under cocotb + Verilator: a session with garbage between two prompts
-(boards/tb_board.py), and the host link (boards/tb_link.py): the receive FIFO and its overflow rule, the soak, the
+(sim/tb_board.py), and the host link (sim/tb_link.py): the receive FIFO and its overflow rule, the soak, the
 real DeviceClient, and the emulator compared reply for reply.
 
 One Verilator build and one simulator run serve all six testcases; each pytest test below reports one testcase
 (test_uart_soak one per seed). Every reply of the FIFO, overflow, soak and differential testcases is compared byte
-for byte and cycle for cycle with the emulator on the board's clock (boards/clocked_device.py ClockedDevice).
+for byte and cycle for cycle with the emulator on the board's clock (host/clocked_device.py ClockedDevice).
 
 The soak sends random traffic for SOAK["seconds"] of line time (at the test's 460.8 kHz clock) per seed, for
 SOAK["seeds"]; it must meet every reply kind, dropped bytes, bytes arriving while a reply leaves, a RESET stopping a
@@ -25,11 +25,11 @@ import pytest
 from break_check import assert_varied
 from random_ir import random_adapters, random_ir
 
-from hardwire.boards import protocol
-from hardwire.boards.clocked_device import ClockedDevice
-from hardwire.boards.emulator import EmulatedDevice
+from hardwire.host import protocol
+from hardwire.host.clocked_device import ClockedDevice
+from hardwire.host.emulator import EmulatedDevice
 from hardwire.boards.host_link import RX_DEPTH
-from hardwire.boards.sim_board import BOARD_TESTCASE, BoardSim
+from hardwire.sim.sim_board import BOARD_TESTCASE, BoardSim
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate

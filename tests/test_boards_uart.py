@@ -185,7 +185,7 @@ def _board_qm():
 @pytest.mark.verilator
 def test_board_verilog_lints(tmp_path):
     from hardwire.boards.core import BoardCore
-    from hardwire.boards.sim_board import TOP_NAME, write_board_verilog
+    from hardwire.sim.sim_board import TOP_NAME, write_board_verilog
     from hardwire.sim.tools import lint
 
     core = BoardCore(_board_qm(), lanes=8, storage="rom", clk_hz=8 * 115_200, baud=115_200)
@@ -196,7 +196,7 @@ def test_board_verilog_lints(tmp_path):
 def test_board_core_leds():
     """BoardCore in Amaranth's simulator through its pins: heartbeat period, busy while decoding,
     token and error LEDs stretched to LED_STRETCH_S (here 40 cycles at an 800 Hz clock)."""
-    from hardwire.boards import protocol
+    from hardwire.host import protocol
     from hardwire.boards.core import LED_BUSY, LED_ERROR, LED_HEARTBEAT, LED_TOKEN, BoardCore
 
     core = BoardCore(_board_qm(), lanes=8, storage="rom", clk_hz=800, baud=100)

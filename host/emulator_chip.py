@@ -1,9 +1,9 @@
-"""What the two emulators of the board share (boards/emulator.py EmulatedDevice, boards/clocked_device.py
+"""What the two emulators of the board share (host/emulator.py EmulatedDevice, host/clocked_device.py
 ClockedDevice): the decoder side (the reference decoder, the LoRA SRAM, the prediction, the status flags) and the
 check of a whole frame are the two engines' common part (`Chip`), with the ERROR reply both send.
 
 LoRA words arrive through LORA frames exactly as the RTL receives them; they are decoded back
-into adapters (boards/lora_sram.py) with rtl/lora_map.py's address map (the inverse of `lora_writes`) and handed to
+into adapters (host/lora_sram.py) with rtl/lora_map.py's address map (the inverse of `lora_writes`) and handed to
 the reference decoder, so adapters loaded over the wire decode as they would on the chip.
 """
 

@@ -1,4 +1,4 @@
-"""A board in software: the host protocol (boards/protocol.py) on a pseudo-terminal, decoding with
+"""A board in software: the host protocol (host/protocol.py) on a pseudo-terminal, decoding with
 the integer reference, so the host side (client, `hardwire chat`) can be developed and tested
 without a board and the protocol's semantics have one executable statement besides the RTL.
 
@@ -12,8 +12,8 @@ caller passes times in seconds; a FEED or GENERATE takes `token_seconds` per tok
 (the line's own time is not modelled, so replies leave at once). `PtyEmulator` serves one on a pseudo-terminal
 from a thread; `hardwire emulate BUILD` runs that until Ctrl-C.
 
-`ClockedDevice` (boards/clocked_device.py) is the same engine on the board's clock, cycle for cycle as the RTL;
-the two engines' common part, the decoder side and the check of a whole frame, is `Chip` (boards/emulator_chip.py).
+`ClockedDevice` (host/clocked_device.py) is the same engine on the board's clock, cycle for cycle as the RTL;
+the two engines' common part, the decoder side and the check of a whole frame, is `Chip` (host/emulator_chip.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import tty
 from collections import deque
 from pathlib import Path
 
+from ..boards.host_link import RX_DEPTH
 from ..quant.qmodel import QModel
 from ..rtl.plan import HardwarePlan, plan_from_report
 from . import protocol
 from .emulator_chip import BYTE_BITS, Chip, error_reply
-from .host_link import RX_DEPTH
 from .protocol import SYNC, Error, Op, Reply
 
 DEFAULT_BAUD = 115200

@@ -1,6 +1,6 @@
 """cocotb testbench for BoardCore through its UART pins only, as the host will see the board.
 
-boards/sim_board.py passes a JSON spec through HARDWIRE_BOARD_SPEC: the divisor (clocks per
+sim/sim_board.py passes a JSON spec through HARDWIRE_BOARD_SPEC: the divisor (clocks per
 bit), the frame timeout in cycles, the prompt, n and the reference tokens, garbage bytes, a
 watchdog and where to write the result. The test: prompt in → reference tokens out; garbage →
 at least one ERROR; quiet for longer than the timeout, RESET → ACK; the prompt again → the
@@ -16,7 +16,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
-from hardwire.boards import protocol
+from hardwire.host import protocol
 
 
 class BoardTB:

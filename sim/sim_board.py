@@ -1,5 +1,5 @@
 """BoardCore's Verilog under cocotb + Verilator, driven only through its UART pins: one build for the board's
-session test (boards/tb_board.py) and the host link's testcases (boards/tb_link.py)."""
+session test (sim/tb_board.py) and the host link's testcases (sim/tb_link.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from ..boards.core import BoardCore
 from ..quant.qmodel import QModel
 from ..quant.reference import ReferenceDecoder
-from ..sim.runner import prepare_simulator
-from ..sim.tools import LINT_WAIVERS, ports_only
-from .core import BoardCore
+from .runner import prepare_simulator
+from .tools import LINT_WAIVERS, ports_only
 
 TOP_NAME = "hardwire_board"
-BOARD_TESTCASE = "prompt_garbage_reset_prompt"  # hardwire.boards.tb_board's one testcase
+BOARD_TESTCASE = "prompt_garbage_reset_prompt"  # hardwire.sim.tb_board's one testcase
 BOARD_WATCHDOG = 2_000_000  # cycles one exchange of tb_board may take before it fails instead of hanging
 
 
@@ -32,8 +32,8 @@ def write_board_verilog(core: BoardCore, folder: Path) -> Path:
 
 
 class BoardSim:
-    """One Verilator build of a BoardCore that several cocotb testcases (hardwire.boards.tb_board's session and
-    hardwire.boards.tb_link's host-link testcases) run on, so that the board tests pay for one build: the model goes
+    """One Verilator build of a BoardCore that several cocotb testcases (hardwire.sim.tb_board's session and
+    hardwire.sim.tb_link's host-link testcases) run on, so that the board tests pay for one build: the model goes
     to the testbench as a saved QModel, the rest in a JSON spec."""
 
     def __init__(self, qm: QModel, folder: Path, *, lanes: int = 8, clk_hz: int = 4 * 115_200, baud: int = 115_200,
@@ -54,7 +54,7 @@ class BoardSim:
         self.build_seconds = round(time.time() - start, 1)
 
     def run(self, testcases: list[str], spec: dict) -> dict[str, dict]:
-        """Run `testcases` of hardwire.boards.tb_link (and BOARD_TESTCASE, tb_board's session, first, on the fresh
+        """Run `testcases` of hardwire.sim.tb_link (and BOARD_TESTCASE, tb_board's session, first, on the fresh
         simulator: spec["board"] gives its prompt, n and garbage) in one simulator process -> each one's result:
         what it wrote (figures, replies) and `passed` with `failure` (the assertion's text) from cocotb's results."""
         import xml.etree.ElementTree as ET
@@ -80,7 +80,7 @@ class BoardSim:
         xml = self.folder / "results.xml"
         xml.unlink(missing_ok=True)
         with contextlib.suppress(SystemExit):  # under pytest the runner exits when a testcase failed: read each verdict
-            self.runner.test(test_module=["hardwire.boards.tb_board", "hardwire.boards.tb_link"], hdl_toplevel=TOP_NAME,
+            self.runner.test(test_module=["hardwire.sim.tb_board", "hardwire.sim.tb_link"], hdl_toplevel=TOP_NAME,
                              build_dir=self.sim_build, test_dir=self.sim_build, testcase=testcases, results_xml=str(xml),
                              extra_env=env)
         if not xml.exists():

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .parts import part
+from ..boards.parts import part
 
 # openFPGALoader's board names: the ULX3S's FT231X JTAG bit-bang; the iCEBreaker's FT2232H on the
 # SPI flash with the pinout most iCE40 boards share (openFPGALoader's docs, "Lattice notes")

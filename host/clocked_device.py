@@ -1,9 +1,9 @@
-"""`ClockedDevice` is the same engine as boards/emulator.py's EmulatedDevice, on the board's clock: the FIFO,
+"""`ClockedDevice` is the same engine as host/emulator.py's EmulatedDevice, on the board's clock: the FIFO,
 receiver, executor, sender and UART transmitter stepped cycle by cycle as the RTL steps them, the decoder taking its
 exact cycles per token, so that it gives the RTL's replies in the RTL's cycles, BUSY and OVERFLOW included; the RTL's
-tests (boards/tb_link.py, the soak) hold every reply byte of BoardCore equal to it, and in the same cycle. The decoder
+tests (sim/tb_link.py, the soak) hold every reply byte of BoardCore equal to it, and in the same cycle. The decoder
 side (the reference decoder, the LoRA SRAM, the prediction, the status flags) and the check of a whole frame are the
-two engines' common part (`Chip`, boards/emulator_chip.py).
+two engines' common part (`Chip`, host/emulator_chip.py).
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 import struct
 from collections import deque
 
+from ..boards.host_link import RX_DEPTH
 from ..quant.qmodel import QModel
 from . import protocol
 from .emulator_chip import BYTE_BITS, Chip, error_reply
-from .host_link import RX_DEPTH
 from .protocol import SYNC, Error, Op, Reply
 
 
 class ClockedDevice(Chip):
     """The device on the board's clock: BoardCore's UART, host link and decoder cycle for cycle, so that for any
-    bytes at any cycles it gives the RTL's replies at the RTL's cycles (the oracle of the RTL's soak, boards/tb_link.py).
+    bytes at any cycles it gives the RTL's replies at the RTL's cycles (the oracle of the RTL's soak, sim/tb_link.py).
 
     Each part of boards/host_link.py is a state machine here, stepped once per clock cycle on the registers as they
     stand at the cycle's start, with the RTL's states and conditions:

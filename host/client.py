@@ -1,6 +1,6 @@
 """The host end of the board link: commands out, replies in, over any byte transport.
 
-A board (or the emulator) answers every command with frames (boards/protocol.py); this wraps
+A board (or the emulator) answers every command with frames (host/protocol.py); this wraps
 the waiting, the error replies and the recovery rule so that callers (`hardwire chat`, tests,
 scripts) see tokens, exceptions that say what to do, and never a hang: every wait has a
 deadline, and a silent device raises DeviceTimeout naming the port and the awaited reply.

@@ -1,7 +1,7 @@
-"""cocotb testcases for the host link of BoardCore, through its UART pins only (boards/sim_board.py BoardSim runs them).
+"""cocotb testcases for the host link of BoardCore, through its UART pins only (sim/sim_board.py BoardSim runs them).
 
 Every reply is compared exactly: with a literal list where the protocol fixes it, and always with the emulator on the
-board's clock (boards/clocked_device.py ClockedDevice), fed each byte in the cycle it arrives: every byte the board sends
+board's clock (host/clocked_device.py ClockedDevice), fed each byte in the cycle it arrives: every byte the board sends
 must be the emulator's and come in the same cycle, so the two statements of the protocol (the RTL and the Python
 model) are checked against each other, timing included, on whatever the scripts throw at them:
   rx_buffer    a second frame (and a hundred more) sent while a FEED decodes: all answered, in order;
@@ -9,12 +9,12 @@ model) are checked against each other, timing included, on whatever the scripts 
   soak         per seed, random traffic with random timing that meets every reply kind, BUSY and OVERFLOW among
                them, and frames aimed at the cycles where the executor changes state; then RESET and a prompt whose
                tokens equal the integer reference;
-  client       the real DeviceClient (boards/client.py) over a transport served by the simulation;
+  client       the real DeviceClient (host/client.py) over a transport served by the simulation;
   differential hand-made scripts (valid, garbage, LoRA writes at unmapped and wrapping addresses, BUSY, a RESET
                stopping a GENERATE).
 The spec (HARDWIRE_LINK_SPEC) gives the saved QModel, divisor, frame timeout, clock, lanes and each testcase's inputs;
 each testcase writes its figures to results/<name>.json. The bench they share (LinkTB, the emulator as the oracle,
-SimTransport) is boards/tb_link_bench.py.
+SimTransport) is sim/tb_link_bench.py.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ import struct
 
 import cocotb
 
-from hardwire.boards import protocol
-from hardwire.boards.protocol import Op
-from hardwire.boards.tb_link_bench import (
+from hardwire.host import protocol
+from hardwire.host.protocol import Op
+from hardwire.quant.qmodel import QModel
+from hardwire.quant.reference import LoraAdapter, ReferenceDecoder
+from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map
+from hardwire.sim.tb_link_bench import (
     RX_LATENCY,
     LinkTB,
     Oracle,
@@ -39,9 +42,6 @@ from hardwire.boards.tb_link_bench import (
     setup,
     write_result,
 )
-from hardwire.quant.qmodel import QModel
-from hardwire.quant.reference import LoraAdapter, ReferenceDecoder
-from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map
 
 
 @cocotb.test()
@@ -309,11 +309,11 @@ async def soak(dut: object) -> None:
 
 @cocotb.test()
 async def client(dut: object) -> None:
-    """The host client (boards/client.py, as `hardwire chat` uses it) against the RTL: HELLO, RESET, FEED, GENERATE,
+    """The host client (host/client.py, as `hardwire chat` uses it) against the RTL: HELLO, RESET, FEED, GENERATE,
     an ERROR raised as DeviceError, LoRA adapters loaded with load_lora: tokens equal the integer reference."""
     from cocotb.task import bridge
 
-    from hardwire.boards.client import DeviceClient, DeviceError
+    from hardwire.host.client import DeviceClient, DeviceError
 
     spec, qm, tb = await setup(dut)
     transport = SimTransport(tb, spec["clk_hz"])

@@ -1,4 +1,4 @@
-"""The bench the host-link testcases (boards/tb_link.py) share: a BoardTB that times every byte on the line, the
+"""The bench the host-link testcases (sim/tb_link.py) share: a BoardTB that times every byte on the line, the
 emulator on the board's clock fed each byte in the cycle it arrives (the oracle every reply byte and its cycle are
 compared with), replies as text, the common setup, and a client.Transport served by the simulation.
 """
@@ -12,12 +12,12 @@ from pathlib import Path
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, Timer
 
-from hardwire.boards import protocol
-from hardwire.boards.clocked_device import ClockedDevice
-from hardwire.boards.protocol import Error, Reply, Response
-from hardwire.boards.tb_board import BoardTB
+from hardwire.host import protocol
+from hardwire.host.clocked_device import ClockedDevice
+from hardwire.host.protocol import Error, Reply, Response
 from hardwire.quant.qmodel import QModel
 from hardwire.rtl.lora_map import REGISTERS, RESET, lora_address_map
+from hardwire.sim.tb_board import BoardTB
 
 WATCHDOG = 3_000_000  # cycles one exchange may take before the testcase fails instead of hanging
 

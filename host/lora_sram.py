@@ -1,4 +1,4 @@
-"""The LoRA SRAM and registers of one build as the emulator keeps them (boards/emulator_chip.py): LORA words written
+"""The LoRA SRAM and registers of one build as the emulator keeps them (host/emulator_chip.py): LORA words written
 through the Decoder's lora port, decoded back into the reference's adapters with rtl/lora_map.py's address map (the
 inverse of `lora_writes`), so adapters loaded over the wire decode as they would on the chip.
 """
