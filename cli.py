@@ -92,7 +92,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     auto = args.rows == "auto" or (args.board is not None and not shape_given)
     if not auto and (args.board is None or args.quant is not None):  # no sizing: the options as given
         print(f"quantising ({args.quant or 'int8'}) ...", flush=True)
-        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context)
+        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context, progress=True)
     else:  # sized for the board: the shape (--rows auto, or a board without a shape), the scheme (no --quant)
         from .boards.parts import part
         from .boards.sizing import size_for_board
@@ -100,7 +100,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         board = part(args.board or "ulx3s")  # --rows auto alone sizes for the ULX3S-85F, as it always has
         given = None if auto else HardwarePlan(**shape)
         choice, sized = size_for_board(
-            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context), board,
+            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, progress=True), board,
             scheme=args.quant if args.board is not None else args.quant or "int8", plan=given, storage=args.weights,
             progress=lambda line: print(line, flush=True))
         qm = choice.qm

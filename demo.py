@@ -115,14 +115,15 @@ def run_demo(opts: DemoOptions) -> int:
     given = None if opts.lanes is None else HardwarePlan(lanes=opts.lanes, storage=opts.weights)
     if opts.quant is not None and given is not None:  # both given: built as asked, as before
         print(f"[2/{steps}] quantising ({opts.quant}) ...", flush=True)
-        qm, plan, scheme_why, shape_why = quantize(ir, opts.quant), given, "as given (--quant)", \
+        qm, plan, scheme_why, shape_why = quantize(ir, opts.quant, progress=True), given, "as given (--quant)", \
             f"as given (--lanes {opts.lanes})"
     else:
         print(f"[2/{steps}] sizing the chip for the {target.title}: "
               f"{'the weight scheme of best measured quality that fits, ' if opts.quant is None else ''}"
               f"{'the --rows auto engine shape' if given is None else f'{given.shape} as given'} ...", flush=True)
-        choice, shape = size_for_board(lambda scheme: quantize(ir, scheme), target, scheme=opts.quant, plan=given,
-                                       storage=opts.weights, progress=lambda line: print(f"      {line}", flush=True))
+        choice, shape = size_for_board(lambda scheme: quantize(ir, scheme, progress=True), target, scheme=opts.quant,
+                                       plan=given, storage=opts.weights,
+                                       progress=lambda line: print(f"      {line}", flush=True))
         print(f"      {choice.summary()}\n      {shape.summary()}", flush=True)
         qm, plan = choice.qm, shape.plan
         scheme_why = choice.reason() if choice.chosen else "as given (--quant)"
@@ -155,8 +156,8 @@ def run_demo(opts: DemoOptions) -> int:
         start = time.time()
         target = part(opts.board)
         print(f"[5/{steps}] building the {target.title} bitstream: synthesis, place and route, packing. This is the "
-              f"long step (15–35 minutes for the bundled model on a 2-core machine); a progress line every 30 s, "
-              f"Ctrl-C stops it", flush=True)
+              f"long step (15–35 minutes for the bundled model on a 2-core machine) with progress bars (a line every "
+              f"30 s when the output is not a terminal); Ctrl-C stops it", flush=True)
         fit = build_board(opts.out, opts.board)
         times["place and route"] = time.time() - start
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 from ..rtl.build import TOP_NAME
-from .fpga import tool_command
+from .fpga import run_tool, tool_command
 
 # Transistors per cell in static CMOS. Two-input NAND/NOR: 2 series + 2 parallel devices; an
 # inverter: 1 pair; AND/OR: NAND/NOR plus an inverter; XOR/XNOR and MUX2: the usual 12-device
@@ -74,11 +73,7 @@ def build_asic(folder: Path, *, progress: bool = True) -> dict:
     (work / "asic.ys").write_text(SCRIPT)
     if progress:
         print(f"synthesising {folder / 'decoder.v'} to NAND/NOR/NOT gates and flip-flops (yosys + abc) ...", flush=True)
-    proc = subprocess.run([tool_command("yosys"), "-q", "-l", "asic.log", "asic.ys"], cwd=work,
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-20:]
-        raise RuntimeError(f"yosys failed (exit {proc.returncode}); see {work / 'asic.log'}:\n" + "\n".join(tail))
+    run_tool([tool_command("yosys"), "-q", "-l", "asic.log", "asic.ys"], work, work / "asic.log", "yosys", progress)
     cells = json.loads((work / "asic_stat.json").read_text())["design"]["num_cells_by_type"]
     cells = {name: int(count) for name, count in cells.items() if name != "$scopeinfo"}
     sram = _memory_bits(work / "asic_memories.json")

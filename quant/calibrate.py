@@ -15,6 +15,7 @@ import torch
 
 from ..frontend.float_model import float_forward
 from ..frontend.ir import ModelIR
+from ..progress import track
 
 SMOOTHING = 0.5  # SmoothQuant's alpha for per-channel activation scales
 
@@ -45,11 +46,14 @@ class Calibration:
 
 
 @torch.no_grad()
-def self_generated(ir: ModelIR, sequences: int, length: int, seed: int = 0) -> torch.Tensor:
-    """Sample (sequences, length) token ids from the float model at temperature 1."""
+def self_generated(ir: ModelIR, sequences: int, length: int, seed: int = 0, progress: bool = False) -> torch.Tensor:
+    """Sample (sequences, length) token ids from the float model at temperature 1.
+
+    progress: a bar per position (one float model run each over the sequences so far: the long part of
+    quantising with the default calibration)."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(ir.config.vocab_size, (sequences, 1), generator=gen)
-    while ids.shape[1] < length:
+    for _ in track(range(1, length), "calibration text", unit="positions", enabled=progress):
         probs = float_forward(ir, ids)[:, -1].double().softmax(-1)
         ids = torch.cat((ids, torch.multinomial(probs, 1, generator=gen)), dim=1)
     return ids

@@ -15,6 +15,7 @@ import torch
 
 from ..frontend.float_model import float_forward
 from ..frontend.ir import Linear, ModelConfig, ModelIR
+from ..progress import track
 from .calibrate import Calibration, calibrate, self_generated
 from .divergence import kl_per_token
 from .fixedpoint import bits_for, multiplier, multipliers
@@ -126,14 +127,16 @@ def _stored_weight(name: str, w: np.ndarray, scheme: str, bits: int, cal: Calibr
 
 
 def sensitivity(folded: ModelIR, cal: Calibration, in_steps: Callable[[str], np.ndarray | None],
-                bits: int = 3, weight_format: str = "int_group") -> dict[str, float]:
+                bits: int = 3, weight_format: str = "int_group", progress: bool = False) -> dict[str, float]:
     """Per tensor: KL(float || model with only that tensor at `bits`) on the calibration text.
 
     The tensor is quantised exactly as it will be stored (input steps folded in), then unfolded.
+    progress: a bar per tensor (one float model run each: the long part of mixed36).
     """
     reference = float_forward(folded, cal.ids)
     out = {}
-    for name, w in _weights(folded).items():
+    for name, w in track(_weights(folded).items(), f"sensitivity at {bits} bits", unit="tensors", enabled=progress,
+                         name=lambda item: item[0]):
         fake = _stored_weight(name, w, weight_format, bits, cal, in_steps(name))
         out[name] = kl_per_token(reference, float_forward(_with_weight(folded, name, fake), cal.ids))
     return out
@@ -218,12 +221,12 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray, out_bit
 
 
 def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
-                in_steps: Callable[[str], np.ndarray | None]) -> dict[str, int]:
+                in_steps: Callable[[str], np.ndarray | None], progress: bool = False) -> dict[str, int]:
     """Code width per tensor. mixed36: 3 or 6 bits by sensitivity, the codes and their scales together within
     avg_bits per weight."""
     weights = _weights(folded)
     if scheme == "mixed36":
-        sens = sensitivity(folded, cal, in_steps)
+        sens = sensitivity(folded, cal, in_steps, progress=progress)
         n = sum(int(w.size) for w in weights.values())
         side = sum(scale_bits(*w.shape, WEIGHT_FORMAT[scheme]) for w in weights.values())
         if avg_bits - side / n < 3:
@@ -240,17 +243,18 @@ def residual_and_logit_scales(cal: Calibration) -> dict[str, float]:
             "logits": max(cal.amax["logits"], 1e-12) / 2**LOGIT_BITS_USED}
 
 
-def activation_steps(cfg: ModelConfig, cal: Calibration) -> dict[str, np.ndarray]:
+def activation_steps(cfg: ModelConfig, cal: Calibration, progress: bool = False) -> dict[str, np.ndarray]:
     """site -> the integer step of every channel there (a scalar site broadcasts one step).
 
     Matvec inputs (the norm outputs, a gated MLP's up) get SmoothQuant's per-channel steps, which
     fold into the weights that read them (a norm's 16 times finer than its int8 clip: norms write int12); the
     sites that feed the KV cache, the softmax and the tables get one int8 step each. The hidden step of a gated
-    MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact.
+    MLP is s_gate / 2 * s_up: SILU[g] * u is kept exact. progress: a bar per layer (each site's clipping range
+    is a search over every value calibration saw there).
     """
     d, gated = cfg.d_model, cfg.gated
     steps: dict[str, np.ndarray] = {}
-    for i in range(cfg.n_layers):
+    for i in track(range(cfg.n_layers), "calibration ranges", unit="layers", enabled=progress):
         n = f"layers.{i}"
         for site in ("attn_norm", "mlp_norm"):  # int12: 16x finer than the calibrated int8 steps
             steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d) / 2**NORM_OUT_FRAC
@@ -288,16 +292,19 @@ def check_supported(ir: ModelIR, context: int) -> None:
                                 f"reference and the RTL do not); supported: {'; '.join(SUPPORTED_FEATURES)}")
 
 
-def default_calibration(ir: ModelIR, context: int | None = None) -> torch.Tensor:
+def default_calibration(ir: ModelIR, context: int | None = None, progress: bool = False) -> torch.Tensor:
     """The calibration text quantize() uses when given none: sequences the float model writes itself (no corpus
     needed), as long as the context allows up to 128 tokens; the same for every scheme. -> (sequences, length)."""
     context = context or ir.config.context or 128
-    return self_generated(fold_norms(ir), sequences=CALIBRATION_SEQUENCES, length=min(context, 128))
+    return self_generated(fold_norms(ir), sequences=CALIBRATION_SEQUENCES, length=min(context, 128), progress=progress)
 
 
 def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_ids: torch.Tensor | None = None,
-             context: int | None = None, lora: LoraSpec = DEFAULT_LORA) -> QModel:
-    """Quantise a ModelIR into the integer program the hardware runs."""
+             context: int | None = None, lora: LoraSpec = DEFAULT_LORA, progress: bool = False) -> QModel:
+    """Quantise a ModelIR into the integer program the hardware runs.
+
+    progress: bars for the long parts (calibration text, calibration ranges, sensitivity, weights per tensor).
+    """
     if scheme not in SCHEMES:
         raise QuantizationError(f"unknown scheme '{scheme}'; accepted: {', '.join(SCHEMES)}")
     cfg = ir.config
@@ -311,24 +318,26 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                 f"{', '.join(p for p in _PROJECTIONS if p != 'gate' or cfg.gated)}")
     folded = fold_norms(ir)  # norm gains and biases into the projections
     if calib_ids is None:
-        calib_ids = default_calibration(ir, context)
+        calib_ids = default_calibration(ir, context, progress)
     cal = calibrate(folded, calib_ids)  # activation ranges at every integer site
     weight_scheme = WEIGHT_FORMAT[scheme]
     d, gated = cfg.d_model, cfg.gated
     scales = residual_and_logit_scales(cal)
     s_x = scales["residual"]
-    steps = activation_steps(cfg, cal)
+    steps = activation_steps(cfg, cal, progress)
     scales.update({site: float(np.max(v)) for site, v in steps.items()})  # reports: the coarsest step
 
     def in_steps(name: str) -> np.ndarray | None:
         return input_steps(folded, steps, name)
 
-    bits = choose_bits(scheme, folded, cal, avg_bits, in_steps)  # per-tensor widths (mixed36: by sensitivity)
+    bits = choose_bits(scheme, folded, cal, avg_bits, in_steps, progress)  # per-tensor widths (mixed36: by sensitivity)
     raw_frac = ROPE_IN_FRAC if cfg.positions == "rope" else 0  # q, k into RoPE: int12 at a 16x finer step
     raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
     norm_bits = 8 + NORM_OUT_FRAC  # every norm output, so every projection that reads one: int12
     stored = reorder_rotary_rows(folded)  # partial rotary: q and k's rows in the RoPE unit's pairs
-    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n)) for n, w in _weights(stored).items()}
+    qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n))
+          for n, w in track(_weights(stored).items(), f"quantising weights ({scheme})", unit="tensors",
+                            enabled=progress, name=lambda item: item[0])}
     layers = []
     for i, layer in enumerate(stored.layers):
         n = f"layers.{i}"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..progress import heartbeat, tail
+from ..progress import Bar, LogFollower, VerilatorBuildLog, sim_progress, tail, watch
 from ..quant.qmodel import QModel
 from ..quant.reference import LoraAdapter, LoraSet, ReferenceDecoder
 from ..rtl.build import TOP_NAME, macs_per_token
@@ -148,15 +148,15 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
         print(f"building {build / 'decoder.v'} with {simulator} (log in {log}) ...", flush=True)
     sim_build.mkdir(parents=True, exist_ok=True)
     build_args = [*LINT_WAIVERS, *ports_only(build / "decoder.v", TOP_NAME, sim_build)] if simulator == "verilator" else []
+    log.unlink(missing_ok=True)  # the bar follows this build's log, not an earlier one's
     try:
-        with heartbeat(f"{simulator} build", enabled=progress):
+        with Bar(f"{simulator} build", phase="verilating" if simulator == "verilator" else "", enabled=progress) as bar, \
+                watch(bar, LogFollower(log, VerilatorBuildLog(sim_build)).poll):
             runner.build(sources=[build / "decoder.v"], hdl_toplevel=TOP_NAME, build_dir=sim_build,
                          build_args=build_args, waves=waves, always=False, log_file=log)
     except RuntimeError as e:  # cocotb's runner: "Command failed with return code: N"
         lines = "\n".join(tail(log, 25))
         raise RuntimeError(f"the {simulator} build failed ({e}); the last lines of {log}:\n{lines}") from None
-    if progress:
-        print(f"  {simulator} build: done in {time.time() - start:.0f} s", flush=True)
     built = time.time()
     result_path = build / "sim_result.json"
     result_path.unlink(missing_ok=True)
@@ -165,17 +165,19 @@ def run_steps(build: Path, steps: list[Step], *, seed: int = 0, idle: float = 0.
             "result": str(result_path)}
     spec_path = build / "sim_spec.json"
     spec_path.write_text(json.dumps(spec))
+    fed = sum(len(s["prompt"]) + s["n"] - 1 if s["kind"] == "generate" else s["kind"] == "feed" for s in spec_steps)
     if progress:
-        fed = sum(len(s["prompt"]) + s["n"] - 1 for s in spec_steps if s["kind"] == "generate")
         print(f"simulating {len(spec_steps)} steps ({fed} tokens through the decoder; log in {sim_build / 'sim.log'}) ...",
               flush=True)
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     sim_log = sim_build / "sim.log"
+    sim_log.unlink(missing_ok=True)
     # cocotb's runner calls sys.exit when the simulator fails, and under pytest also when a cocotb test fails;
     # hide pytest from it so that a token mismatch comes back as a record here, as it does from the CLI
     under_pytest = os.environ.pop("PYTEST_CURRENT_TEST", None)
     try:
-        with heartbeat("simulation", enabled=progress):
+        with Bar("simulation", fed, unit="tokens", enabled=progress) as bar, \
+                watch(bar, LogFollower(sim_log, sim_progress).poll):
             runner.test(test_module="hardwire.sim.tb_decoder", hdl_toplevel=TOP_NAME, build_dir=sim_build,
                         test_dir=sim_build, waves=waves, log_file=sim_log,
                         extra_env={"HARDWIRE_SIM_SPEC": str(spec_path), "PYTHONPATH": pythonpath})

@@ -15,7 +15,8 @@ rising edge, bounded by a Timer of `watchdog` cycles so that a hung design fails
 hanging. Random idle cycles and backpressure are drawn per cycle next to a handshake only,
 cycle for cycle as a per-clock loop would (same seed, same records). On the bundled model
 over 95% of the run time is the Verilated model's own evaluation (about 20-35k cycles/s on
-the 2-core machine), not the testbench.
+the 2-core machine), not the testbench. After every token fed the testbench prints a progress line
+(progress.sim_progress_line) into the simulator's output, which the runner reads from its log for the bar.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
+
+from ..progress import sim_progress_line
 
 # bit ranges in the flattened status port (docs/hardware.md)
 STATUS_TOKENS, STATUS_CYCLES, STATUS_POSITION = (0, 32), (32, 64), (64, 80)
@@ -45,6 +48,7 @@ class DecoderTB:
         self.rng = random.Random(seed)
         self.idle, self.stall = idle, stall
         self.watchdog = watchdog  # cycles one token may take before the test fails instead of hanging
+        self.fed, self.to_feed = 0, 0  # tokens through the decoder so far, and in the whole spec: the progress line
 
     async def start(self) -> None:
         # the GPI clock toggles from C++ (a Python clock task woke twice a cycle). Python woken by RisingEdge(clk)
@@ -95,6 +99,12 @@ class DecoderTB:
 
         Handshakes are sampled in the ReadOnly phase before the edge that completes them.
         """
+        out = await self._feed(token, new_seq)
+        self.fed += 1
+        print(sim_progress_line(self.fed, self.to_feed), flush=True)
+        return out
+
+    async def _feed(self, token: int, new_seq: bool) -> int | None:
         clk = self.dut.clk
         await self._idle()
         self.dut.tokens__payload.value = token | (int(new_seq) << self.token_bits)
@@ -157,6 +167,8 @@ async def decode_matches_reference(dut: object) -> None:
     with open(os.environ["HARDWIRE_SIM_SPEC"]) as fh:
         spec = json.load(fh)
     tb = DecoderTB(dut, spec["token_bits"], spec["lora_addr_bits"], spec["seed"], spec["idle"], spec["stall"], spec["watchdog"])
+    tb.to_feed = sum(len(s["prompt"]) - 1 + s["n"] if s["kind"] == "generate" else s["kind"] == "feed"
+                     for s in spec["steps"])
     await tb.start()
     results: list[dict] = []
     mismatches: list[str] = []
