@@ -70,7 +70,7 @@ def routed_build(model: Path, qm: QModel, plan: HardwarePlan, board: str) -> dic
             "epilogue_lanes": plan.epilogue_lanes, "dsp_rows": plan.rows - plan.shift_add_rows}
     builds = [b for b in json.loads(ROUTED_BUILDS.read_text())["builds"]
               if b.get("timing_met") and all(b.get(key) == value for key, value in want.items())]
-    return max(builds, key=lambda b: b["date"], default=None)
+    return max(reversed(builds), key=lambda b: b["date"], default=None)  # of one date, the one recorded last
 
 
 def _speed(model: Path, qm: QModel, plan: HardwarePlan, board: Part, cycles_per_token: float) -> str:

@@ -236,3 +236,8 @@ def test_the_recorded_routed_builds_are_the_bundled_4_x_16_engine() -> None:
                         "ulx3s") is None
     assert routed_build(BUNDLED_MODEL, qm, HardwarePlan(rows=4, lanes=32, attention_rows=4, softmax_lanes=8),
                         "ulx3s") is None
+    # the --rows auto engine was built at 37.5 MHz and, with the reset on a global network, at 45 MHz the same day:
+    # the one recorded last is quoted
+    auto = HardwarePlan(rows=4, lanes=32, attention_rows=1, softmax_lanes=8, dsp_rows=3)
+    build = routed_build(BUNDLED_MODEL, SimpleNamespace(scheme="int4", context=128, config=qm.config), auto, "ulx3s")
+    assert (build["date"], build["clock_mhz"], build["fmax_mhz"]) == ("2026-12-07", 45.0, 48.32)
