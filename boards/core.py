@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..quant.qmodel import QModel
 from ..rtl.decoder import Decoder
-from ..rtl.lora_map import lora_addr_bits
+from ..rtl.lora_map import lora_addr_bits, shift_addresses
 from .host_link import HostLink
 from .uart import MIN_DIVISOR, UartRx, UartTx
 
@@ -61,7 +61,7 @@ class BoardCore(wiring.Component):
         # qm.context: the context the build has (`hardwire compile --context`), which the decoder's KV cache holds;
         # qm.config.context is what the graph declares, and is None for a RoPE graph that declares none
         self.link = HostLink(vocab=qm.config.vocab_size, context=qm.context, lanes=lanes,
-                             lora_addr_bits=lora_addr_bits(qm), timeout=self.timeout)
+                             lora_addr_bits=lora_addr_bits(qm), timeout=self.timeout, lora_shifts=shift_addresses(qm))
         self.uart_rx, self.uart_tx = UartRx(self.divisor), UartTx(self.divisor)
         super().__init__()
 

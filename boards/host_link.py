@@ -16,6 +16,11 @@ receive FIFO of `rx_depth` bytes (receive_fifo.py; 512: one block RAM on the ECP
 room for the longest frame, 259 bytes, and more). Bytes it cannot hold are dropped until the line
 has been quiet; then the frame cut short there (and any garbage) make one ERROR OVERFLOW: nothing
 is lost without an error.
+
+Two checks of the protocol's version 2 cost valid frames no cycle: the receiver follows the address each LORA word
+goes to as its bytes arrive and remembers a word whose low 6 bits are 0 bound for a shift register (`lora_shifts`),
+so CHECK refuses such a frame as a whole (ERROR BAD_LORA_SHIFT) before a word of it is written; and posting an ERROR
+OVERFLOW sets STATUS's sticky overflow flag, which only RESET clears.
 """
 
 from __future__ import annotations
@@ -37,17 +42,22 @@ class HostLink(wiring.Component):
     """Protocol engine; `timeout` is the frame timeout in clock cycles (docs/protocol.md)."""
 
     def __init__(self, *, vocab: int, context: int, lanes: int, lora_addr_bits: int, timeout: int,
-                 rx_depth: int = RX_DEPTH) -> None:
+                 rx_depth: int = RX_DEPTH, lora_shifts: tuple[int, ...] | list[int] = ()) -> None:
         try:
             for name, value, low, high in (("vocab", vocab, 1, (1 << 16) - 1), ("context", context, 1, (1 << 16) - 1),
                                            ("lanes", lanes, 1, 255), ("lora_addr_bits", lora_addr_bits, 1, 24),
                                            ("timeout", timeout, 1, 1 << 32), ("rx_depth", rx_depth, 2, 1 << 16)):
                 if not isinstance(value, int) or not low <= value <= high:
                     raise ValueError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+            for address in lora_shifts:  # the shift registers' addresses (rtl/lora_map.py shift_addresses)
+                if not isinstance(address, int) or not 0 <= address < 1 << lora_addr_bits:
+                    raise ValueError(f"lora_shifts must be addresses below 2**lora_addr_bits = {1 << lora_addr_bits}, "
+                                     f"got {address!r}")
         except ValueError:
             self._MustUse__silence = True
             raise
         self.vocab, self.context, self.lanes, self.timeout, self.rx_depth = vocab, context, lanes, timeout, rx_depth
+        self.lora_addr_bits, self.lora_shifts = lora_addr_bits, tuple(sorted(set(lora_shifts)))
         self.token_bits = max(1, (vocab - 1).bit_length())
         super().__init__({
             "rx": In(stream.Signature(8)),  # bytes from UartRx: always taken (ready is 1), into the receive FIFO
@@ -100,6 +110,15 @@ class HostLink(wiring.Component):
         head = Signal(24)  # the first three payload bytes: GENERATE's N, LORA's address
         nonzero = Signal()  # some payload byte is not zero (GENERATE N >= 1)
         garbage = Signal()  # non-SYNC bytes dropped since the line was last quiet
+        # LORA: the port address of the word being received (wrapping as the port does), whether it is a shift register
+        # (registered: looked up a cycle after the address changes, used at the word's high byte), whether the word's
+        # low byte leaves the 6 bits a shift register keeps 0, and whether any word so far would write 0 to one
+        waddr = Signal(self.lora_addr_bits)
+        at_shift = Signal()
+        low_zero = Signal()
+        zero_shift = Signal()
+        m.d.sync += at_shift.eq(Cat(*[waddr == a for a in self.lora_shifts]).any() if self.lora_shifts else 0)
+        overflowed = Signal()  # STATUS flag: an ERROR OVERFLOW was posted since the last RESET
         wbank = Signal()
         can_post = Signal()  # errors wait while a FEED or LORA runs, so replies stay in order
         m.d.comb += can_post.eq(exec_idle | self.generating)
@@ -139,7 +158,7 @@ class HostLink(wiring.Component):
                 m.d.comb += rx_ready.eq(1)
                 with m.If(got):
                     m.d.sync += [length.eq(byte), crc.eq(crc8_step(crc, byte)), count.eq(0), head.eq(0),
-                                 nonzero.eq(0)]
+                                 nonzero.eq(0), zero_shift.eq(0)]
                     m.next = "CRC"
                     with m.If(byte != 0):
                         m.next = "PAYLOAD"
@@ -156,6 +175,13 @@ class HostLink(wiring.Component):
                     for i in range(3):
                         with m.If(count == i):
                             m.d.sync += head[8 * i:8 * i + 8].eq(byte)
+                    # LORA words: the low byte at an odd count from 3, the high byte after it; the address from count 2
+                    with m.If(count == 2):
+                        m.d.sync += waddr.eq(Cat(head[:16], byte))
+                    with m.Elif(count[0]):
+                        m.d.sync += low_zero.eq(byte[:6] == 0)
+                    with m.Elif(count != 0):
+                        m.d.sync += [zero_shift.eq(zero_shift | (at_shift & low_zero)), waddr.eq(waddr + 1)]
                     with m.If(count == length - 1):
                         m.next = "CRC"
                 with m.Elif(quiet & lost):
@@ -179,10 +205,10 @@ class HostLink(wiring.Component):
                 m.next = "IDLE"
             # bytes were dropped after what the FIFO held: the frame cut short there and any garbage make one error
             with m.State("OVERFLOW"), m.If(can_post & ~err_pending):
-                m.d.sync += [*post(Error.OVERFLOW), garbage.eq(0)]
+                m.d.sync += [*post(Error.OVERFLOW), garbage.eq(0), overflowed.eq(1)]
                 m.next = "IDLE"
             with m.State("CHECK"):
-                known, length_ok = Signal(), Signal()
+                known, length_ok, shift_ok = Signal(), Signal(), Signal(init=1)
                 with m.Switch(op):
                     with m.Case(Op.RESET, Op.STATUS, Op.HELLO):
                         m.d.comb += [known.eq(1), length_ok.eq(length == 0)]
@@ -191,9 +217,11 @@ class HostLink(wiring.Component):
                     with m.Case(Op.GENERATE):
                         m.d.comb += [known.eq(1), length_ok.eq((length == 2) & nonzero)]
                     with m.Case(Op.LORA):
-                        m.d.comb += [known.eq(1), length_ok.eq(length[0] & (length >= 5))]
-                with m.If((crc != 0) | ~known | ~length_ok), m.If(can_post & ~err_pending):
-                    m.d.sync += post(Mux(crc != 0, Error.BAD_CRC, Mux(~known, Error.UNKNOWN_OP, Error.BAD_LENGTH)))
+                        m.d.comb += [known.eq(1), length_ok.eq(length[0] & (length >= 5)), shift_ok.eq(~zero_shift)]
+                with m.If((crc != 0) | ~known | ~length_ok | ~shift_ok), m.If(can_post & ~err_pending):
+                    m.d.sync += post(Mux(crc != 0, Error.BAD_CRC, Mux(~known, Error.UNKNOWN_OP,
+                                                                      Mux(~length_ok, Error.BAD_LENGTH,
+                                                                          Error.BAD_LORA_SHIFT))))
                     m.next = "IDLE"
                 with m.Elif(self.generating & (op != Op.RESET)), m.If(~err_pending):
                     m.d.sync += post(Error.BUSY)
@@ -233,10 +261,10 @@ class HostLink(wiring.Component):
         def abort_on_reset(nxt: str) -> None:
             m.d.comb += cmd_ready.eq(op == Op.RESET)
             with m.If(cmd_valid & cmd_ready):
-                m.d.sync += [*reply(Reply.ACK), fresh.eq(1), have_pred.eq(0)]
+                m.d.sync += [*reply(Reply.ACK), fresh.eq(1), have_pred.eq(0), overflowed.eq(0)]
                 m.next = nxt
 
-        flags = Cat(self.status.context_full, self.status.bad_token, self.status.busy, Const(0, 5))
+        flags = Cat(self.status.context_full, self.status.bad_token, self.status.busy, overflowed, Const(0, 4))
         hello = Cat(Const(ord("H"), 8), Const(ord("W"), 8), Const(protocol.PROTOCOL_VERSION, 8),
                     Const(self.vocab, 16), Const(self.context, 16), Const(self.lanes, 8))
         with m.FSM(name="executor"):
@@ -246,7 +274,7 @@ class HostLink(wiring.Component):
                     m.d.sync += [bank.eq(wbank), end.eq(length), ptr.eq(0)]
                     with m.Switch(op):
                         with m.Case(Op.RESET):
-                            m.d.sync += [*reply(Reply.ACK), fresh.eq(1), have_pred.eq(0)]
+                            m.d.sync += [*reply(Reply.ACK), fresh.eq(1), have_pred.eq(0), overflowed.eq(0)]
                             m.next = "SEND"
                         with m.Case(Op.FEED):
                             m.next = "FEED_READ"

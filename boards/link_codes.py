@@ -44,6 +44,7 @@ class Error(enum.Enum, shape=8):
     CONTEXT_FULL = protocol.Error.CONTEXT_FULL.value
     BAD_TOKEN = protocol.Error.BAD_TOKEN.value
     NO_PREDICTION = protocol.Error.NO_PREDICTION.value
+    BAD_LORA_SHIFT = protocol.Error.BAD_LORA_SHIFT.value
 
 
 REPLY_BYTES = 11  # the longest reply payload: STATUS

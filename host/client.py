@@ -40,6 +40,9 @@ ADVICE = {  # what the host should do after each ERROR code
     Error.CONTEXT_FULL: "the decoder's context is full; reset to start a new sequence",
     Error.BAD_TOKEN: "a token id is outside the model's vocabulary; reset and feed valid ids",
     Error.NO_PREDICTION: "GENERATE needs a FEED since the last reset (there is nothing to continue)",
+    Error.BAD_LORA_SHIFT: "a word of the LORA frame would write 0 to an a_shift or b_shift register (the low 6 bits it "
+                          "keeps; a shift of 0 makes the chip's rescale add 2**63), so the board wrote none of that "
+                          "frame; send shifts from 1 to 63 (load adapters with load_lora, which checks them)",
 }
 
 
@@ -206,11 +209,14 @@ class DeviceClient:
         self.write_lora(lora_writes(qm, self.hello().lanes, adapters))
 
     def write_lora(self, writes: list[tuple[int, int]]) -> None:
-        """Raw LoRA (address, word) writes, consecutive runs per frame. The board stores any word, so nothing here
-        checks them (a shift register written 0 makes the chip's rescale add 2**63): load adapters with `load_lora`."""
+        """Raw LoRA (address, word) writes, consecutive runs per frame, unchecked here: load adapters with `load_lora`.
+        The board refuses a frame any word of which would write 0 to a shift register (ERROR BAD_LORA_SHIFT, raised
+        as DeviceError naming the frame's address: none of that frame was written, the frames before it were, the
+        ones after it are not sent)."""
         for chunk in protocol.lora(writes):
             self._send(chunk)
-            self._expect(Reply.ACK, "LORA")
+            start, words = int.from_bytes(chunk[3:6], "little"), (len(chunk) - 7) // 2
+            self._expect(Reply.ACK, f"LORA of {words} word{'s' if words > 1 else ''} at 0x{start:06x}")
 
     def status(self) -> Status:
         self._send(protocol.status())

@@ -26,9 +26,11 @@ class ClockedDevice(Chip):
     stand at the cycle's start, with the RTL's states and conditions:
       FIFO      a byte UartRx offers in cycle a is written then and can be read from a + 2, one a cycle; it is dropped
                 (and `lost` set) when `lost` is set or rx_depth - 1 bytes wait behind the output register;
-      receiver  reads a byte a cycle in IDLE, OP, LEN, PAYLOAD and CRC; CHECK the cycle after the CRC byte; posts an
+      receiver  reads a byte a cycle in IDLE, OP, LEN, PAYLOAD and CRC; CHECK the cycle after the CRC byte (the
+                verdict, LORA's shift check included, ready then: the RTL follows the words as they arrive); posts an
                 error when the executor is idle or generating and no error waits (BUSY: when none waits); acts on a
-                quiet line once no byte has arrived for `timeout` cycles and the FIFO is empty;
+                quiet line once no byte has arrived for `timeout` cycles and the FIFO is empty; posting ERROR
+                OVERFLOW sets STATUS's overflow flag, taking a RESET clears it;
       executor  FEED: per token three cycles to read it, one to hand it over, the decode; GENERATE: per token its
                 TOKEN offered until the sender takes it, one cycle to hand the token over, the decode; LORA: four
                 cycles a word; RESET stops a GENERATE while its TOKEN waits or a token decodes (generating: those
@@ -197,6 +199,7 @@ class ClockedDevice(Chip):
         elif rx in ("TIMEOUT", "OVERFLOW"):
             if can_post and err is None:
                 acted, post, self._garbage, self._rx = True, Error[rx], False, "IDLE"
+                self.overflowed |= rx == "OVERFLOW"  # STATUS's sticky flag (never in a cycle that takes a RESET)
         elif self._verdict_now is not None:  # CHECK, a bad frame
             if can_post and err is None:
                 acted, post, self._rx = True, self._verdict_now, "IDLE"
@@ -218,6 +221,7 @@ class ClockedDevice(Chip):
             if ex != "IDLE":  # RESET stops the GENERATE: from the decode, the token in flight finishes unused
                 self.met["generates_stopped"] += 1
                 self._rep, self._fresh, self._prediction = protocol.frame(Reply.ACK), True, None
+                self.overflowed = False
                 self._ex = "DRAIN" if ex == "GEN_WAIT" else "SEND"
                 if ex == "GEN_WAIT" and dec_valid:  # its output is taken in this cycle, unused
                     self._dec_out = None
@@ -255,7 +259,7 @@ class ClockedDevice(Chip):
         """The executor takes a checked command (its IDLE state)."""
         self._i = 0
         if op == Op.RESET:
-            self._fresh, self._prediction = True, None
+            self._fresh, self._prediction, self.overflowed = True, None, False
             self._send(protocol.frame(Reply.ACK))
         elif op == Op.FEED:
             self._ex = "FEED_READ"

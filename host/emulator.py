@@ -3,11 +3,12 @@ the integer reference, so the host side (client, `hardwire chat`) can be develop
 without a board and the protocol's semantics have one executable statement besides the RTL.
 
 `EmulatedDevice` is the protocol engine of boards/host_link.py re-told in Python, decision for
-decision: the receiver's frame timeout and garbage rule, its CRC / op / length checks of the
-whole frame before anything is acted on, BUSY while a GENERATE runs, RESET aborting it, and
+decision: the receiver's frame timeout and garbage rule, its CRC / op / length / LoRA shift checks
+of the whole frame before anything is acted on, BUSY while a GENERATE runs, RESET aborting it, and
 the decoder's flags (bad token, full context) with the error each one gives, and the receive
 FIFO with its overflow rule (bytes taken while a checked frame waits for a FEED, up to
-RX_DEPTH; beyond that, one ERROR OVERFLOW once the line is quiet). It knows no clock: the
+RX_DEPTH; beyond that, one ERROR OVERFLOW once the line is quiet, and STATUS's overflow flag
+until RESET). It knows no clock: the
 caller passes times in seconds; a FEED or GENERATE takes `token_seconds` per token decoded
 (the line's own time is not modelled, so replies leave at once). `PtyEmulator` serves one on a pseudo-terminal
 from a thread; `hardwire emulate BUILD` runs that until Ctrl-C.
@@ -141,6 +142,7 @@ class EmulatedDevice(Chip):
                 if self._feed_until is not None:
                     return out
                 out += error_reply(self._post)
+                self.overflowed |= self._post == Error.OVERFLOW  # STATUS's sticky flag, until RESET
                 self._post = None
             elif self._held is not None:
                 if self._feed_until is not None:
@@ -175,7 +177,7 @@ class EmulatedDevice(Chip):
     def _execute(self, op: Op, payload: bytes, now: float) -> bytes:
         if op == Op.RESET:  # also aborts a GENERATE: the token in flight is already decoded, its output unused
             self._due, self._left = None, 0
-            self._fresh, self._prediction = True, None
+            self._fresh, self._prediction, self.overflowed = True, None, False
             return protocol.frame(Reply.ACK)
         if op == Op.FEED:  # decodes for token_seconds per token fed; frames that follow wait (the FIFO fills)
             reply, fed = self._feed_all(payload)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..quant import blocks
 from ..quant.qmodel import QModel
 from ..quant.reference import ReferenceDecoder
+from ..rtl.lora_map import shift_addresses
 from ..rtl.plan import HardwarePlan
 from . import protocol
 from .lora_sram import LoraSram
@@ -46,6 +47,7 @@ class Chip:
         self.decoder = ReferenceDecoder(qm)
         self.lora = LoraSram(qm)
         self._lora_dirty = False
+        self._shifts = frozenset(shift_addresses(qm))  # a_shift and b_shift registers: a LORA frame writing 0 is refused
         self.dropped = 0  # bytes the receive FIFO dropped (each overflow is reported with one ERROR OVERFLOW)
         self._fresh = True  # the next token fed starts a new sequence
         self._prediction: int | None = None
@@ -54,10 +56,12 @@ class Chip:
         self.cycles = 0
         self.context_full = False
         self.bad_token = False
+        self.overflowed = False  # STATUS flag: an ERROR OVERFLOW was sent since the last RESET
         self._cycles_per_token = cycle_estimator(qm, rows, lanes)
 
     def _verdict(self, whole: bytes) -> Error | None:
-        """A whole frame (after SYNC): CRC, op, length, in that order (BUSY comes after, and depends on time)."""
+        """A whole frame (after SYNC): CRC, op, length, a LORA's shifts, in that order (BUSY comes after, and depends
+        on time)."""
         op, length, payload = whole[0], whole[1], whole[2:-1]
         if protocol.crc8(whole[:-1]) != whole[-1]:
             return Error.BAD_CRC
@@ -65,7 +69,16 @@ class Chip:
             return Error.UNKNOWN_OP
         if not length_ok(Op(op), length, payload):
             return Error.BAD_LENGTH
+        if op == Op.LORA and self._zero_shift(payload):
+            return Error.BAD_LORA_SHIFT
         return None
+
+    def _zero_shift(self, payload: bytes) -> bool:
+        """Some word of a LORA payload would write 0 to a shift register: its low 6 bits (what the register keeps) are
+        0 and its address, wrapped at the port's width as the board wraps it, is an a_shift or b_shift."""
+        address = int.from_bytes(payload[:3], "little")
+        return any(payload[i] & 0x3F == 0 and (address + k) & self.lora.mask in self._shifts
+                   for k, i in enumerate(range(3, len(payload) - 1, 2)))
 
     def _report(self, op: Op, clock: int | None = None) -> bytes:
         """The reply to STATUS (its cycles: `clock`, or the decoding cycles when None) or HELLO."""
@@ -75,6 +88,8 @@ class Chip:
                 flags |= Flag.CONTEXT_FULL
             if self.bad_token:
                 flags |= Flag.BAD_TOKEN
+            if self.overflowed:
+                flags |= Flag.OVERFLOW
             return protocol.frame(Reply.STATUS, protocol.status_payload(
                 protocol.Status(self.tokens, self.cycles if clock is None else clock, self.decoder.position, flags)))
         hello = protocol.Hello(protocol.PROTOCOL_VERSION, self.vocab, self.qm.context, self.lanes)

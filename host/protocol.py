@@ -17,7 +17,9 @@ SYNC = 0xA5
 MAX_PAYLOAD = 255
 MAX_FEED = MAX_PAYLOAD // 2  # token ids per FEED frame (16-bit little-endian each)
 MAX_LORA_WORDS = (MAX_PAYLOAD - 3) // 2  # 16-bit words per LORA frame after the 24-bit address
-PROTOCOL_VERSION = 1
+# HELLO's version; `hardwire chat` refuses a board of another one. 2: STATUS's overflow flag, and ERROR BAD_LORA_SHIFT
+# (the board refuses a LORA frame that would write 0 to a shift register; version 1 stored it)
+PROTOCOL_VERSION = 2
 
 
 class Op(enum.IntEnum):
@@ -52,6 +54,7 @@ class Error(enum.IntEnum):
     CONTEXT_FULL = 0x10  # the decoder's context is full; RESET starts a new sequence
     BAD_TOKEN = 0x11  # a fed token id is outside the vocabulary; RESET clears it
     NO_PREDICTION = 0x12  # GENERATE before any FEED since RESET: there is nothing to continue
+    BAD_LORA_SHIFT = 0x13  # a LORA frame would write 0 to an a_shift or b_shift register: none of it was written
 
 
 class Flag(enum.IntFlag):
@@ -60,6 +63,7 @@ class Flag(enum.IntFlag):
     CONTEXT_FULL = 0x01
     BAD_TOKEN = 0x02
     BUSY = 0x04
+    OVERFLOW = 0x08  # an ERROR OVERFLOW was sent since the last RESET (bytes were dropped): sticky until RESET
 
 
 def crc8(data: bytes) -> int:

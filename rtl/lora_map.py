@@ -75,6 +75,12 @@ def lora_addr_bits(qm: QModel) -> int:
     return max(1, ((slots[-1].end - 1).bit_length() if slots else 1))
 
 
+def shift_addresses(qm: QModel) -> list[int]:
+    """The addresses of every slot's a_shift and b_shift registers (reg_base + 1 and + 3), ascending: the board refuses
+    a LORA frame that would write 0 to any of them (docs/protocol.md, ERROR BAD_LORA_SHIFT)."""
+    return [slot.reg_base + REGISTERS.index(name) for slot in lora_address_map(qm) for name in ("a_shift", "b_shift")]
+
+
 def lora_writes(qm: QModel, lanes: int, adapters: dict[tuple[int, str], LoraAdapter]) -> list[tuple[int, int]]:
     """(addr, data) pairs that load `adapters` into a Decoder for qm (lanes: that Decoder's MAC width).
 

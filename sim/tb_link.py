@@ -6,6 +6,11 @@ must be the emulator's and come in the same cycle, so the two statements of the 
 model) are checked against each other, timing included, on whatever the scripts throw at them:
   rx_buffer    a second frame (and a hundred more) sent while a FEED decodes: all answered, in order;
   rx_overflow  more than the receive FIFO holds sent while a FEED decodes: the frames it held, then ERROR OVERFLOW;
+  overflow_flag  STATUS's sticky overflow flag: not before the ERROR OVERFLOW, in every STATUS after it, until a
+               RESET (taken when idle, or stopping a GENERATE) clears it;
+  lora_shift   LORA frames that would write 0 to a shift register (at the last word, through the address wrap, a word
+               whose low 6 bits are 0, during a GENERATE) refused with ERROR BAD_LORA_SHIFT, none of their words
+               written (the decode after them is the plain reference's); valid frames of the same adapter then work;
   soak         per seed, random traffic with random timing that meets every reply kind, BUSY and OVERFLOW among
                them, and frames aimed at the cycles where the executor changes state; then RESET and a prompt whose
                tokens equal the integer reference;
@@ -29,7 +34,7 @@ from hardwire.host import protocol
 from hardwire.host.protocol import Op
 from hardwire.quant.qmodel import QModel
 from hardwire.quant.reference import LoraAdapter, ReferenceDecoder
-from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map
+from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map, lora_writes, shift_addresses
 from hardwire.sim.tb_link_bench import (
     RX_LATENCY,
     LinkTB,
@@ -110,6 +115,121 @@ async def rx_overflow(dut: object) -> None:
                                  "first_reply_after_last_byte_cycles": wait})
 
 
+def _flags(reply: str) -> int:
+    """The flags of a STATUS reply as `describe` writes it."""
+    assert reply.startswith("STATUS "), reply
+    return int(reply.rsplit("flags=", 1)[1])
+
+
+@cocotb.test()
+async def overflow_flag(dut: object) -> None:
+    """STATUS's flag bit 3 (overflow): a STATUS answered before the ERROR OVERFLOW does not have it; every STATUS
+    after it does, other errors and commands notwithstanding, until a RESET clears it: one taken when the executor is
+    idle, and one that stops a GENERATE. Every reply, flags included, equal to the emulator's in the same cycle."""
+    spec, qm, tb = await setup(dut)
+    prompt = spec["long_prompt"]
+    oracle = Oracle(qm, spec, tb)
+    hello = hello_reply(spec, qm)
+    over = int(protocol.Flag.OVERFLOW)
+    assert over == 8
+    await exchange(tb, oracle, protocol.reset(), "reset")
+    # rx_overflow's flood with a STATUS as the frame that waits behind the FEED: answered before the ERROR OVERFLOW,
+    # without the flag (replies keep their order; the flag is set when the error is posted)
+    flood = feed_frames(prompt) + protocol.status() + b"\x00\x00" + protocol.hello() * 130
+    got = await exchange(tb, oracle, flood, "overflow_flag: the flood")
+    assert got[0] == "ACK" and got[1].startswith("STATUS ") and got[2:] == [hello] * 127 + ["ERROR OVERFLOW"], got
+    flags = {"before the error": _flags(got[1])}
+    steps = [("after the error", protocol.status(), ["STATUS"]),
+             ("after garbage", b"\x13\x37" + protocol.status(), ["STATUS", "ERROR GARBAGE"]),
+             ("after a refused frame, a HELLO and a FEED", protocol.frame(Op.FEED, b"\x01") + protocol.hello()
+              + feed_frames(prompt[:2]) + protocol.status(), ["ERROR BAD_LENGTH", hello, "ACK", "STATUS"]),
+             ("after a RESET", protocol.reset() + protocol.status(), ["ACK", "STATUS"])]
+    for label, data, want in steps:
+        got = await exchange(tb, oracle, data, f"overflow_flag: {label}")
+        assert [r.split()[0] if r.startswith("STATUS") else r for r in got] == want, f"{label}: {got}"
+        flags[label] = _flags(next(r for r in got if r.startswith("STATUS")))
+    assert flags == {"before the error": 0, "after the error": over, "after garbage": over,
+                     "after a refused frame, a HELLO and a FEED": over, "after a RESET": 0}, flags
+    # again, then a RESET that stops a GENERATE clears it too
+    flood = protocol.reset() + feed_frames(prompt) + protocol.hello() + b"\x00\x00" + protocol.hello() * 130
+    got = await exchange(tb, oracle, flood, "overflow_flag: the second flood")
+    assert got == ["ACK", "ACK", *[hello] * 128, "ERROR OVERFLOW"], got
+    got = await exchange(tb, oracle, protocol.status(), "overflow_flag: after the second error")
+    flags["after the second error"] = _flags(got[0])
+    go = feed_frames(prompt[:1]) + protocol.generate(6)
+    stopped = oracle.device.met["generates_stopped"]
+    gaps = [0] * len(go) + [3 * spec["token_cycles"]] + [0] * 3
+    got = await exchange(tb, oracle, go + protocol.reset(), "overflow_flag: a RESET stops a GENERATE", gaps)
+    assert got[0] == "ACK" and got[-1] == "ACK" and got.count("ACK") == 2 and len(got) - 2 < 6, got
+    assert oracle.device.met["generates_stopped"] == stopped + 1, "the RESET did not stop the GENERATE"
+    got = await exchange(tb, oracle, protocol.status(), "overflow_flag: after the RESET that stopped the GENERATE")
+    flags["after a RESET that stopped a GENERATE"] = _flags(got[0])
+    assert flags["after the second error"] == over and flags["after a RESET that stopped a GENERATE"] == 0, flags
+    write_result(spec, "overflow_flag", {"flags": flags, "dropped": oracle.device.dropped})
+
+
+@cocotb.test()
+async def lora_shift(dut: object) -> None:
+    """LORA frames any word of which would write 0 to an a_shift or b_shift register are refused as a whole with ERROR
+    BAD_LORA_SHIFT: the zero at the frame's last word, reached through the address wrap (the frame's 24-bit address
+    is the register's only in its low lora_addr_bits bits), a word whose low 6 bits (what the register keeps) are 0,
+    and one arriving while a GENERATE runs (the shift check comes before BUSY; a valid LORA there gets BUSY). None of
+    their words is written: the decode after them is the plain reference's. The same adapter's valid frames then
+    load it: the decode is the reference's with that adapter."""
+    spec, qm, tb = await setup(dut)
+    oracle = Oracle(qm, spec, tb)
+    bits, slots = lora_addr_bits(qm), lora_address_map(qm)
+    q = slots[0]
+    one = next(a for a in spec["client"]["adapters"] if (a["layer"], a["site"]) == (q.layer, q.site))
+    adapter = LoraAdapter(a=_tensor(one["a"]), b=_tensor(one["b"]), a_mult=one["a_mult"], a_shift=one["a_shift"],
+                          b_mult=one["b_mult"], b_shift=one["b_shift"])
+    writes = dict(lora_writes(qm, spec["lanes"], {(q.layer, q.site): adapter}))
+    assert sorted(writes) == list(range(q.a_base, q.end)), "slot 0 has padding: the frames below assume none"
+    a_shift, b_shift = q.reg_base + 1, q.reg_base + 3
+    assert {a_shift, b_shift} <= set(shift_addresses(qm))
+
+    def frame(start: int, first: int, last: int, **words: int) -> bytes:
+        """One LORA frame of the adapter's words for port addresses first..last, sent at 24-bit address `start`
+        (which the port sees as `first`), with words replaced: a_shift=..., b_shift=..."""
+        assert start & ((1 << bits) - 1) == first and last - first < protocol.MAX_LORA_WORDS
+        values = {**writes, **{a_shift: words.get("a_shift", writes[a_shift]),
+                               b_shift: words.get("b_shift", writes[b_shift])}}
+        return protocol.frame(Op.LORA, start.to_bytes(3, "little")
+                              + struct.pack(f"<{last - first + 1}H", *(values[a] for a in range(first, last + 1))))
+
+    prompt = spec["client"]["prompt"]
+    go = protocol.reset() + feed_frames(prompt) + protocol.generate(6)
+    plain = [f"TOKEN {t}" for t in ReferenceDecoder(qm).generate(prompt, 6)]
+    adapted = [f"TOKEN {t}" for t in ReferenceDecoder(qm, lora={(q.layer, q.site): adapter}).generate(prompt, 6)]
+    assert adapted != plain, "the adapter does not change the continuation: the checks below would mean nothing"
+    refused = {  # each frame also holds most of the adapter's A and B: written, they would change the decode
+        "zero b_shift, the last word": frame(8, 8, b_shift, b_shift=0),
+        "zero a_shift through the wrap": frame((1 << 24) - (1 << bits) + 6, 6, b_shift, a_shift=0),
+        "b_shift 0xABC0 (low 6 bits 0)": frame((7 << bits) + 40, 40, b_shift, b_shift=0xABC0),
+        "zero a_shift, the last word": frame(a_shift - 100, a_shift - 100, a_shift, a_shift=0),
+    }
+    results: dict[str, list[str]] = {}
+    for label, data in refused.items():
+        results[label] = got = await exchange(tb, oracle, data, f"lora_shift: {label}")
+        assert got == ["ERROR BAD_LORA_SHIFT"], f"{label}: {got}"
+    # right behind a GENERATE (checked while it runs): a zero shift is refused for it, not BUSY; a valid LORA (unmapped:
+    # it changes nothing) gets BUSY
+    unmapped = protocol.lora([(slots[-1].end + i, 0x1234) for i in range(3)])[0]
+    for label, late, error in (("zero shift while generating", frame(120, 120, b_shift, b_shift=0), "ERROR BAD_LORA_SHIFT"),
+                               ("valid LORA while generating", unmapped, "ERROR BUSY")):
+        results[label] = got = await exchange(tb, oracle, go + late, f"lora_shift: {label}")
+        assert [r for r in got if r.startswith("ERROR")] == [error], f"{label}: {got}"
+        assert [r for r in got if r.startswith("TOKEN")] == plain and got[-1] == "ACK", f"{label}: {got}"
+    results["after the refused frames"] = got = await exchange(tb, oracle, go, "lora_shift: after the refused frames")
+    assert got == ["ACK", "ACK", *plain, "ACK"], f"a refused LORA frame changed the model: {got}, plain {plain}"
+    valid = protocol.lora(sorted(writes.items()))
+    results["valid frames"] = got = await exchange(tb, oracle, b"".join(valid), "lora_shift: the valid frames")
+    assert got == ["ACK"] * len(valid), got
+    results["adapted"] = got = await exchange(tb, oracle, go, "lora_shift: adapted")
+    assert got == ["ACK", "ACK", *adapted, "ACK"], f"with the adapter: {got}, reference {adapted}"
+    write_result(spec, "lora_shift", {"replies": results, "refused": len(refused) + 1})
+
+
 # -- the soak -------------------------------------------------------------------------------------------------------
 
 PIECES = {  # kind: weight
@@ -118,12 +238,13 @@ PIECES = {  # kind: weight
     "garbage": 4,  # 1 to 79 random bytes
     "cut": 2,  # a frame cut short: what follows within the frame timeout continues it
     "bad_crc": 2,
-    "odd": 2,  # 1 to 3 intact frames, each with an unknown op or a length its op refuses
+    "odd": 2,  # 1 to 3 intact frames, each with an unknown op, a length its op refuses, or a LORA word that would write
+    #            0 to a shift register (ERROR BAD_LORA_SHIFT: refused as a whole, so it changes nothing)
     "slow": 2,  # a frame with a pause inside it, or garbage then a frame, the pause within 3 cycles of the frame
     #             timeout, either side
     "edge": 2,  # a GENERATE, then a frame checked within 2 cycles of a change of the executor's state while it runs
     "flood": 1,  # RESET, a FEED of 20 to 44 or 65 to 71 ids (the context holds 64), then 300 to 900 bytes of
-    #              frames and garbage
+    #              frames and garbage; half of the time a STATUS once the board is idle again (the overflow flag)
     "busy_flood": 1,  # a GENERATE of 5 to 20 tokens, then 10 to 40 frames while it runs, back to back or apart
     "pause": 2,  # the line quiet for 1 to 4 frame timeouts
     "idle": 2,  # wait until the board is idle (as the emulator says), then up to 3 byte times
@@ -157,9 +278,19 @@ def _random_frame(rng: random.Random, qm: QModel, unmapped: list[int]) -> bytes:
     return b"".join(protocol.lora([(high + start + i, rng.randrange(1 << 16)) for i in range(n)]))
 
 
-def _odd_frame(rng: random.Random) -> bytes:
-    """An intact frame the receiver refuses: an op that is no command, or a length its op's rule refuses."""
-    if rng.random() < 0.5:
+def _odd_frame(rng: random.Random, qm: QModel) -> bytes:
+    """An intact frame the receiver refuses: an op that is no command, a length its op's rule refuses, or a LORA frame
+    with a word whose low 6 bits are 0 bound for a shift register (any upper address bits: the port keeps the low
+    ones; 0 to 3 random words before it, 0 to 2 after it)."""
+    roll = rng.random()
+    if roll < 0.25:
+        bits = lora_addr_bits(qm)
+        before, after = rng.randrange(4), rng.randrange(3)
+        start = ((rng.randrange(1 << (24 - bits)) << bits) + rng.choice(shift_addresses(qm)) - before) & 0xFFFFFF
+        words = [rng.randrange(1 << 16) for _ in range(before + 1 + after)]
+        words[before] = rng.randrange(1 << 10) << 6
+        return protocol.frame(Op.LORA, start.to_bytes(3, "little") + struct.pack(f"<{len(words)}H", *words))
+    if roll < 0.625:
         return protocol.frame(rng.choice([b for b in range(256) if b not in Op._value2member_map_]),
                               bytes(rng.randrange(256) for _ in range(rng.randrange(4))))
     op, payload = rng.choice([(Op.HELLO, b"\x00"), (Op.FEED, b"\x01"), (Op.GENERATE, b"\x00\x00"),
@@ -191,7 +322,7 @@ def _piece(rng: random.Random, kind: str, qm: QModel, unmapped: list[int], spec:
         whole = _random_frame(rng, qm, unmapped)
         data = whole[:-1] + bytes([whole[-1] ^ rng.randrange(1, 256)])
     elif kind == "odd":
-        data = b"".join(_odd_frame(rng) for _ in range(rng.randrange(1, 4)))
+        data = b"".join(_odd_frame(rng, qm) for _ in range(rng.randrange(1, 4)))
     elif kind == "slow":  # the quiet rule acts when two bytes arrive more than the timeout apart
         data = _random_frame(rng, qm, unmapped)
         pause = rng.randrange(len(data) - 1)
@@ -272,17 +403,23 @@ async def _soak_seed(tb: LinkTB, oracle: Oracle, qm: QModel, spec: dict, seed: i
             frame, gap, aim = _aim(rng, oracle, qm, spec, tb.cycle)
             await tb.send(frame, [gap] + [0] * (len(frame) - 1))
             oracle.follow(f"seed {seed} aimed at {aim}: {frame.hex()}")
+        elif kind == "flood" and rng.random() < 0.5:  # once the board is idle (its ERROR OVERFLOW sent), a STATUS:
+            #                                          the overflow flag, unless a RESET in the flood came after it
+            gap = max(0, device.run_idle() + 1 - RX_LATENCY - tb.cycle) + rng.randrange(3 * tb.byte_cycles)
+            await tb.send(protocol.status(), [gap, 0, 0, 0])
+            oracle.follow(f"seed {seed} STATUS after the flood")
         oracle.check(f"soak seed {seed}, {kind} piece {sum(pieces.values())}")
     span = tb.cycle - begin
     await oracle.finish(f"soak seed {seed}, the end")
     replies = {k: 0 for k in REPLY_KINDS}
-    kinds = [text if text.startswith("ERROR") else text.split()[0]
-             for text in map(describe, protocol.FrameParser().push(bytes(tb.received[first_rx:])))]
+    texts = [describe(r) for r in protocol.FrameParser().push(bytes(tb.received[first_rx:]))]
+    kinds = [text if text.startswith("ERROR") else text.split()[0] for text in texts]
     for key in kinds:
         replies[key] = replies.get(key, 0) + 1
     met = {k: v - met0[k] for k, v in dict(device.met, dropped=device.dropped).items()}
     met["errors_among_tokens"] = sum(kinds[i - 1:i + 2:2] == ["TOKEN", "TOKEN"] and kinds[i].startswith("ERROR")
                                      for i in range(1, len(kinds) - 1))
+    met["status_overflow_flag"] = sum(t.startswith("STATUS") and bool(_flags(t) & protocol.Flag.OVERFLOW) for t in texts)
     return {"seed": seed, "line_cycles": span, "line_seconds": round(span / spec["clk_hz"], 3),
             "bytes_sent": tb.sent - sent0, "bytes_received": len(tb.received) - first_rx, "pieces": pieces,
             "replies": replies, "met": met}
@@ -345,7 +482,7 @@ async def client(dut: object) -> None:
     out = await bridge(host)()
     plain = ReferenceDecoder(qm).generate(prompt, 12)
     adapted = ReferenceDecoder(qm, lora=adapters).generate(prompt, 8)
-    assert out["hello"] == [1, qm.config.vocab_size, qm.context, spec["lanes"]], out["hello"]
+    assert out["hello"] == [protocol.PROTOCOL_VERSION, qm.config.vocab_size, qm.context, spec["lanes"]], out["hello"]
     assert out["tokens"] == plain, f"client tokens {out['tokens']}, reference {plain}"
     assert out["status"] == [len(prompt) + 12, len(prompt) + 12, 0], out["status"]
     assert out["no_prediction"] == "NO_PREDICTION", out["no_prediction"]

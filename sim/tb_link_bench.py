@@ -230,7 +230,8 @@ def write_result(spec: dict, name: str, result: dict) -> None:
 
 
 def hello_reply(spec: dict, qm: QModel) -> str:
-    return "HELLO " + protocol.hello_payload(protocol.Hello(1, qm.config.vocab_size, qm.context, spec["lanes"])).hex()
+    hello = protocol.Hello(protocol.PROTOCOL_VERSION, qm.config.vocab_size, qm.context, spec["lanes"])
+    return "HELLO " + protocol.hello_payload(hello).hex()
 
 
 def feed_frames(tokens: list[int]) -> bytes:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from random_ir import random_adapters, random_ir
 
+from hardwire.cli import main
 from hardwire.host import protocol
 from hardwire.host.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
 from hardwire.host.emulator import EmulatedDevice, PtyEmulator
 from hardwire.host.protocol import Error, Flag, Hello, Op, Reply
-from hardwire.cli import main
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.build import compile_to
@@ -96,7 +96,7 @@ def link(qm) -> Iterator[Callable[..., Link]]:
 
 def test_hello_and_tokens_equal_the_reference(qm, link):
     lk = link()
-    assert lk.client.hello() == Hello(version=1, vocab=40, context=16, lanes=8)
+    assert lk.client.hello() == Hello(version=protocol.PROTOCOL_VERSION, vocab=40, context=16, lanes=8)
     expected = ReferenceDecoder(qm).generate(PROMPT, 12)
     assert len(set(expected)) > 3  # a model that says something
     for prompt in (PROMPT, [7], PROMPT):  # each after a reset: a new sequence every time
@@ -439,10 +439,11 @@ def test_chat_vocabulary_size_mismatch(qm, capsys):
 def test_chat_protocol_version_mismatch(qm, build, capsys, monkeypatch):
     """A board from another hardwire version: refused before any text is sent."""
     with PtyEmulator(EmulatedDevice(qm, lanes=8, frame_timeout=FRAME_TIMEOUT)) as emulator:
-        monkeypatch.setattr(protocol, "PROTOCOL_VERSION", 2)  # what the emulated board answers in HELLO
+        ours = protocol.PROTOCOL_VERSION
+        monkeypatch.setattr(protocol, "PROTOCOL_VERSION", ours + 1)  # what the emulated board answers in HELLO
         assert main(["chat", "--port", emulator.port, "--build", str(build), "--prompt", "ab"]) == 2
-    assert capsys.readouterr().err == (f"hardwire: error: the board on {emulator.port} speaks protocol version 2, this "
-                                       "hardwire speaks 1: rebuild and flash the board with this hardwire\n")
+    assert capsys.readouterr().err == (f"hardwire: error: the board on {emulator.port} speaks protocol version {ours + 1}, "
+                                       f"this hardwire speaks {ours}: rebuild and flash the board with this hardwire\n")
 
 
 @pytest.mark.xdist_group("chat_build")
@@ -518,8 +519,8 @@ def test_bundled_vocab_copy_matches_the_model():
 
     import onnx
 
-    from hardwire.host.chat import BUNDLED_VOCAB
     from hardwire.cli import BUNDLED_MODEL
+    from hardwire.host.chat import BUNDLED_VOCAB
 
     proto = onnx.load(str(BUNDLED_MODEL), load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
@@ -543,3 +544,63 @@ def test_load_lora_checks_the_adapters_before_sending(qm, link):
     lk.client.reset()
     lk.client.feed(PROMPT)
     assert list(lk.client.generate(8)) == ReferenceDecoder(qm, lora=adapters).generate(PROMPT, 8)
+
+
+def test_write_lora_with_a_zero_shift_is_refused_by_the_board(qm, link):
+    """write_lora sends raw words; the board (here the emulator) refuses a frame any word of which would write 0 to a
+    shift register, as a whole: the client raises DeviceError BAD_LORA_SHIFT naming the frame, nothing of that frame is
+    written (a frame before it is), and the same writes with a valid shift then load the adapter."""
+    lk = link()
+    adapters = random_adapters(qm, 5)
+    key = next(iter(adapters))
+    good = lora_writes(qm, 8, {key: adapters[key]})
+    slot = next(s for s in lora_address_map(qm) if (s.layer, s.site) == key)
+    b_shift = slot.reg_base + 3
+    assert good[-1][0] == b_shift  # the slot's last word
+    frames = protocol.lora(good)
+    assert len(frames) > 1
+    plain = ReferenceDecoder(qm).generate(PROMPT, 8)
+    adapted = ReferenceDecoder(qm, lora={key: adapters[key]}).generate(PROMPT, 8)
+    assert adapted != plain
+    last = int.from_bytes(frames[-1][3:6], "little")  # the address of the last frame, the one holding b_shift
+    words = (len(frames[-1]) - 7) // 2
+    for bad in (0, 0x40, 0xFFC0):  # 0 in the 6 bits the register keeps
+        with pytest.raises(DeviceError) as err:
+            lk.client.write_lora([*good[:-1], (b_shift, bad)])
+        assert err.value.code == Error.BAD_LORA_SHIFT
+        assert str(err.value) == (
+            f"{lk.emulator.port}: LORA of {words} words at 0x{last:06x} failed with ERROR BAD_LORA_SHIFT: a word of the "
+            "LORA frame would write 0 to an a_shift or b_shift register (the low 6 bits it keeps; a shift of 0 makes "
+            "the chip's rescale add 2**63), so the board wrote none of that frame; send shifts from 1 to 63 (load "
+            "adapters with load_lora, which checks them)")
+        lk.client.reset()
+        lk.client.feed(PROMPT)  # the frames before the refused one were written: not the whole adapter
+        partial = list(lk.client.generate(8))
+    # only the refused frame is missing: sending it alone, fixed, completes the adapter
+    lk.client.write_lora(good[-words:])
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(8)) == adapted != partial
+    # and through the address wrap: the same register 2**24 - 2**bits higher
+    bits = (lora_address_map(qm)[-1].end - 1).bit_length()
+    with pytest.raises(DeviceError, match="ERROR BAD_LORA_SHIFT"):
+        lk.client.write_lora([(a + (1 << 24) - (1 << bits), w if a != slot.reg_base + 1 else 0) for a, w in good])
+    lk.client.reset()
+    lk.client.feed(PROMPT)
+    assert list(lk.client.generate(8)) == adapted  # the refused frame (a_shift 0) was not written
+
+
+def test_status_reports_an_overflow_until_reset(qm, link):
+    """More bytes sent behind a FEED than the board takes: ERROR OVERFLOW, and STATUS's overflow flag (bit 3) from then
+    on, through the client's Status, so a host that lost the error still learns of it; RESET clears it."""
+    lk = link(token_seconds=0.02)
+    lk.client.reset()
+    assert lk.client.status().flags == Flag(0)
+    lk.send(protocol.feed(list(range(10)))[0] + protocol.hello() * 200)  # 800 bytes behind a FEED of 0.2 s
+    time.sleep(0.5)
+    lk.client.drain()  # the replies, the ERROR OVERFLOW among them, lost
+    status = lk.client.status()
+    assert status.flags == Flag.OVERFLOW and Flag.OVERFLOW == 0x08
+    assert lk.client.status().flags == Flag.OVERFLOW  # sticky
+    lk.client.reset()
+    assert lk.client.status().flags == Flag(0)

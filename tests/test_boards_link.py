@@ -9,14 +9,14 @@ import pytest
 from amaranth.hdl import Fragment, Module
 from random_ir import random_adapters, random_ir
 
-from hardwire.host import protocol
 from hardwire.boards.core import BoardCore
 from hardwire.boards.host_link import HostLink
+from hardwire.host import protocol
 from hardwire.host.protocol import Reply
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.decoder import Decoder
-from hardwire.rtl.lora_map import lora_addr_bits, lora_writes
+from hardwire.rtl.lora_map import lora_addr_bits, lora_address_map, lora_writes, shift_addresses
 
 LANES = 8
 TIMEOUT = 300  # cycles of quiet line that end a frame or a garbage burst
@@ -40,7 +40,8 @@ def _dut(qm, core: BoardCore | None = None):
     else:
         m.submodules.decoder = dec = Decoder(qm, lanes=LANES, storage="rom")
         m.submodules.link = link = HostLink(vocab=qm.config.vocab_size, context=qm.context, lanes=LANES,
-                                            lora_addr_bits=lora_addr_bits(qm), timeout=TIMEOUT)
+                                            lora_addr_bits=lora_addr_bits(qm), timeout=TIMEOUT,
+                                            lora_shifts=shift_addresses(qm))
     m.d.comb += [dec.tokens.valid.eq(link.tokens.valid), dec.tokens.payload.eq(link.tokens.payload),
                  link.tokens.ready.eq(dec.tokens.ready),
                  link.out.valid.eq(dec.out.valid), link.out.payload.eq(dec.out.payload), dec.out.ready.eq(link.out.ready),
@@ -139,7 +140,7 @@ def test_feed_generate_matches_reference():
     assert (status.tokens, status.position, status.flags) == (fed, fed, protocol.Flag(0))
     assert status.cycles > 0
     assert steps[4][0].op == Reply.HELLO
-    assert steps[4][0].payload == protocol.hello_payload(protocol.Hello(1, VOCAB, CONTEXT, LANES))
+    assert steps[4][0].payload == protocol.hello_payload(protocol.Hello(protocol.PROTOCOL_VERSION, VOCAB, CONTEXT, LANES))
 
 
 def test_frame_errors():
@@ -229,6 +230,45 @@ def test_lora_write_then_generate():
     assert [r.token for r in steps[-1][2:5]] == adapted
 
 
+def test_lora_frame_with_a_zero_shift_is_refused_whole():
+    """HostLink's receiver follows each LORA word's port address as the bytes arrive: a frame with a word whose low 6
+    bits are 0 bound for an a_shift or b_shift register (the last word; through the address wrap) is ERROR
+    BAD_LORA_SHIFT and writes nothing (the decode stays the plain model's, though the frames hold the adapter's A and
+    B); its valid version is ACKed and loads the adapter."""
+    qm = _qm()
+    adapters = random_adapters(qm, 4)
+    key = next(iter(adapters))
+    slot = next(s for s in lora_address_map(qm) if (s.layer, s.site) == key)
+    bits = lora_addr_bits(qm)
+    good = dict(lora_writes(qm, LANES, {key: adapters[key]}))
+    assert max(good) == slot.reg_base + 3 and slot.reg_base + 3 in shift_addresses(qm)
+
+    def frame(start: int, first: int, **regs: int) -> bytes:  # words first .. b_shift, at 24-bit address start
+        words = {**good, slot.reg_base + 1: regs.get("a_shift", good[slot.reg_base + 1]),
+                 slot.reg_base + 3: regs.get("b_shift", good[slot.reg_base + 3])}
+        return b"".join(protocol.lora([(start + a - first, words[a]) for a in range(first, slot.reg_base + 4)]))
+
+    plain = ReferenceDecoder(qm).generate(PROMPT, 3)
+    adapted = ReferenceDecoder(qm, lora={key: adapters[key]}).generate(PROMPT, 3)
+    assert plain != adapted
+    go = protocol.reset() + _feed(PROMPT) + protocol.generate(3)
+    first = slot.reg_base - 60
+    refused = [frame(first, first, b_shift=0), frame((1 << 24) - (1 << bits) + first, first, a_shift=0x40)]
+    assert all(len(f) == 7 + 2 * 64 for f in refused)  # one frame each
+    steps = _session(qm, [(f, 1, 0) for f in refused] + [(go, 6, 0)]
+                     + [(f, 1, 0) for f in protocol.lora(sorted(good.items()))] + [(go, 6, 0)], deadline=3_000_000)
+    assert [_ops(s) for s in steps[:2]] == [["ERROR BAD_LORA_SHIFT"]] * 2
+    assert _ops(steps[2]) == ["ACK", "ACK", "TOKEN", "TOKEN", "TOKEN", "ACK"]
+    assert [r.token for r in steps[2][2:5]] == plain  # nothing of the refused frames was written
+    assert all(_ops(s) == ["ACK"] for s in steps[3:-1])
+    assert [r.token for r in steps[-1][2:5]] == adapted
+
+
+def test_lora_shifts_must_fit_the_port():
+    with pytest.raises(ValueError, match=r"^lora_shifts must be addresses below 2\*\*lora_addr_bits = 256, got 256$"):
+        HostLink(vocab=20, context=16, lanes=8, lora_addr_bits=8, timeout=100, lora_shifts=[256])
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"vocab": 0}, "vocab must be an integer from 1 to 65535, got 0"),
     ({"timeout": 0}, "timeout must be an integer from 1 to 4294967296, got 0"),
@@ -256,12 +296,13 @@ def test_board_reports_the_context_it_is_built_with(declared, built):
     assert top.core.link.context == built
     core = BoardCore(qm, lanes=LANES, storage="rom", clk_hz=8 * 115_200, baud=115_200)
     Fragment.get(core, None)  # its UART too; the session below drives its decoder and host link directly
+    assert core.link.lora_shifts == tuple(shift_addresses(qm)) and core.link.lora_shifts  # BAD_LORA_SHIFT's registers
     ref = ReferenceDecoder(qm).generate([5], 3)
     steps = _session(qm, [(protocol.hello(), 1, 0), (protocol.reset() + _feed([5]) + protocol.generate(3), 6, 0),
                           (protocol.reset() + _feed(list(range(built))), 2, 0),  # fills the built context exactly
                           (protocol.generate(1), 2, 0)], core=core)
     assert steps[0][0].op == Reply.HELLO
-    assert steps[0][0].hello == protocol.Hello(1, VOCAB, built, LANES)
+    assert steps[0][0].hello == protocol.Hello(protocol.PROTOCOL_VERSION, VOCAB, built, LANES)
     assert [r.token for r in steps[1][2:5]] == ref
     assert _ops(steps[2]) == ["ACK", "ACK"]
     assert _ops(steps[3]) == ["TOKEN", "ERROR CONTEXT_FULL"]  # the decoder's context is the one HELLO reported
