@@ -29,6 +29,7 @@ X_BITS = 16  # the int16 residual
 T_BITS = 17  # t = u / sqrt(ss) in Q15, slightly past 2**15 (§4)
 OUT_BITS = 8  # a site's output saturates here unless it says wider (a compiled model's norms: 12)
 SUM_BITS = 63  # ss is checked int63 by the reference: 0 < ss < 2**62
+INPUT_STAGE = 1  # each input beat is registered before the RAM takes it
 
 
 def max_sum_of_squares(d: int, kind: str) -> int:
@@ -80,17 +81,18 @@ class NormUnit(wiring.Component):
     Output word k holds elements k*lanes .. k*lanes + lanes - 1; lanes past d are 0. Vectors are
     processed one at a time; `i.ready` is low from the last element of a vector until the last output
     word of that vector has been taken. With w = ceil(d / lanes) and without idle input or
-    backpressure, one vector takes d + w + 14 cycles (rms) or d + 2w + 15 cycles (layer) from its
+    backpressure, one vector takes d + w + 15 cycles (rms) or d + 2w + 16 cycles (layer) from its
     first input to the first input of the next:
 
-    - load, d cycles (one per beat): write x into the RAM; rms squares and sums x on the way, layer sums x.
+    - load, d cycles (one per beat) and one more: each beat registered (INPUT_STAGE), then written into the
+      RAM; rms squares and sums x on the way, layer sums x.
     - layer only, w cycles: read x back, u = d*x - sum, square and sum a word of u per cycle.
     - 6 cycles (rms) or 7 (layer): drain the squarer, priority-encode ss, index the RSQRT ROM, register
       its word.
     - w + 8 cycles: read x and (mult, shift) back, u * r, rounding shift by e/2 + 8, per-channel rescale
       (Rescale, 5 stages); the output words come one per cycle.
 
-    Latency: the first output word is valid 15 cycles (rms) or w + 16 cycles (layer) after the cycle
+    Latency: the first output word is valid 16 cycles (rms) or w + 17 cycles (layer) after the cycle
     that takes the last input. Backpressure stalls the output pipeline as a whole; `o.valid` never waits
     on `o.ready`.
     """
@@ -269,17 +271,29 @@ class NormUnit(wiring.Component):
                     rescale.i.payload.shift.eq(coef[k][MULT_BITS:]),
                 ]
 
+        # the input beat is registered before it is written and squared (INPUT_STAGE): what feeds it (the
+        # residual memory's read, chosen by the schedule) and the RAM's write port are far apart on the die: the
+        # schedule state to the norm's input RAM in one cycle was the routed 4 x 32 build's critical path (20.7 ns)
+        beat = Signal.like(self.i.payload, reset_less=True)
+        b_valid = Signal()
+        taken = Signal(range(d + self.in_lanes + 1))  # elements of this vector accepted into the register
+        loading = Signal()
+        m.d.comb += self.i.ready.eq(loading & (taken < d))
+        m.d.sync += b_valid.eq(self.i.valid & self.i.ready)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [beat.eq(self.i.payload), taken.eq(taken + self.i.payload.count)]
+
         with m.FSM():
             with m.State("LOAD"):
-                beat, in_lanes = self.i.payload, self.in_lanes
-                m.d.comb += self.i.ready.eq(1)
+                in_lanes = self.in_lanes
+                m.d.comb += loading.eq(1)
                 real = [Signal(name=f"real{e}") for e in range(in_lanes)]  # values[e] is an element
                 m.d.comb += [real[e].eq(e < beat.count) for e in range(in_lanes)]
-                write_run(m, x_wr, j, beat.values, beat.count, self.i.valid, lanes)
+                write_run(m, x_wr, j, beat.values, beat.count, b_valid, lanes)
                 if not layer:
                     m.d.comb += [sq_in[e].eq(Mux(real[e], beat.values[e], 0)) for e in range(in_lanes)]
-                    m.d.comb += sq_in_valid.eq(self.i.valid)
-                with m.If(self.i.valid):
+                    m.d.comb += sq_in_valid.eq(b_valid)
+                with m.If(b_valid):
                     m.d.sync += j.eq(j + beat.count)
                     if layer:
                         m.d.sync += total.eq(total + sum(Mux(real[e], beat.values[e], 0) for e in range(in_lanes)))
@@ -316,6 +330,6 @@ class NormUnit(wiring.Component):
                 with m.If(self.o.valid & self.o.ready):
                     m.d.sync += n_out.eq(n_out + 1)
                     with m.If(n_out == words - 1):
-                        m.d.sync += [n_out.eq(0), j.eq(0), total.eq(0), ss.eq(0)]
+                        m.d.sync += [n_out.eq(0), j.eq(0), total.eq(0), ss.eq(0), taken.eq(0)]
                         m.next = "LOAD"
         return m

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..quant.qmodel import QModel
 from .argmax import LATENCY as ARGMAX_LATENCY
 from .mac_array import LATENCY as MAC_LATENCY
+from .norm import INPUT_STAGE as NORM_INPUT_STAGE
 from .rescale import LATENCY as RESCALE_LATENCY
 from .rope import LATENCY as ROPE_LATENCY
 from .skid_buffer import LATENCY as SKID_LATENCY
@@ -151,7 +152,7 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
     (LayerNorm: also its sum-of-squares pass over the words)."""
     words = -(-qm.config.d_model // plan.vector_lanes)
     tail = 2 * words + 10 if qm.config.norm == "layer" else words + 9
-    return tail + RESCALE_LATENCY
+    return tail + NORM_INPUT_STAGE + RESCALE_LATENCY
 
 
 def layer_windows(qm: QModel) -> list[int | None]:

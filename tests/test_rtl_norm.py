@@ -212,8 +212,8 @@ def test_norm_cycles_per_vector(kind, lanes):
                 produced.append(cycle)
 
     run(dut, producer, consumer)
-    per_vector = d + w + 9 + RESCALE_LATENCY if kind == "rms" else d + 2 * w + 10 + RESCALE_LATENCY
-    latency = 10 + RESCALE_LATENCY if kind == "rms" else w + 11 + RESCALE_LATENCY
+    per_vector = d + w + 10 + RESCALE_LATENCY if kind == "rms" else d + 2 * w + 11 + RESCALE_LATENCY
+    latency = 11 + RESCALE_LATENCY if kind == "rms" else w + 12 + RESCALE_LATENCY
     assert len(produced) == w * vectors
     starts, lasts, firsts = accepted[::d], accepted[d - 1::d], produced[::w]
     assert [b - a for a, b in itertools.pairwise(starts)] == [per_vector] * (vectors - 1)
