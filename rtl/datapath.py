@@ -9,6 +9,8 @@ Datapath and adds its own signals; docs/hardware.md draws the whole.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from amaranth.hdl import Module
 from amaranth.lib import enum
 
@@ -63,6 +65,42 @@ class Reader:
         self.addr, self.data, self.run = vector.rd_base[r], vector.rd_values[r][0], vector.rd_values[r]
 
 
+@dataclass(frozen=True)
+class Dims:
+    """The sizes every stage builds to: the engine's shape (the plan) and the model's widths."""
+
+    plan: HardwarePlan
+    lanes: int  # MACs per row unit: the width of a buffer word
+    rows: int  # row units
+    wide: int  # epilogue lanes: rows per beat through the epilogue
+    d: int  # d_model
+    hd: int  # head width
+    ctx: int  # context
+    kvdim: int  # K (or V) elements of all heads
+    qdim: int  # q elements of all heads
+    attn_rows: int  # rows of the attention products: the KV cache's banks
+    gated: bool  # a gated MLP (GLU) rather than one activation table
+    raw_bits: int  # q and k as projected, before the rotation: int8 or int12
+    c_ctx: int  # words of the context (probabilities, a row of V transposed)
+    c_kv: int  # words of K (all heads) at one position
+
+    @classmethod
+    def of(cls, qm: QModel, plan: HardwarePlan) -> Dims:
+        cfg = qm.config
+        raw = {lin.out_bits for layer in qm.layers for lin in (layer.q, layer.k)}  # q, k into RoPE (or copied)
+        if len(raw) != 1 or not raw <= {8, 12}:
+            raise ValueError(f"q and k projections must all output int8 or all int12 (RoPE input); got {sorted(raw)}")
+        kvdim = cfg.n_kv_heads * cfg.head_dim
+        return cls(plan=plan, lanes=plan.lanes, rows=plan.rows, wide=plan.epilogue_lanes, d=cfg.d_model,
+                   hd=cfg.head_dim, ctx=qm.context, kvdim=kvdim, qdim=cfg.n_heads * cfg.head_dim,
+                   attn_rows=plan.attn_rows(cfg.head_dim), gated=cfg.gated, raw_bits=raw.pop(),
+                   c_ctx=plan.chunks(qm.context), c_kv=kvdim // plan.lanes)
+
+    def chunks(self, n: int) -> int:
+        """Words of `lanes` elements that hold n elements."""
+        return self.plan.chunks(n)
+
+
 class Datapath:
     """The module being built and every signal, port and unit that more than one stage uses.
 
@@ -71,17 +109,13 @@ class Datapath:
 
     def __init__(self, m: Module, qm: QModel, plan: HardwarePlan) -> None:
         self.m, self.qm, self.plan = m, qm, plan
-        cfg = qm.config
-        self.lanes, self.rows, self.wide = plan.lanes, plan.rows, plan.epilogue_lanes
-        self.d, self.hd, self.ctx = cfg.d_model, cfg.head_dim, qm.context
-        self.kvdim, self.qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
-        self.attn_rows = plan.attn_rows(cfg.head_dim)
-        self.gated = cfg.gated
-        raw = {lin.out_bits for layer in qm.layers for lin in (layer.q, layer.k)}  # q, k into RoPE (or copied)
-        if len(raw) != 1 or not raw <= {8, 12}:
-            raise ValueError(f"q and k projections must all output int8 or all int12 (RoPE input); got {sorted(raw)}")
-        self.raw_bits = raw.pop()
-        self.c_ctx, self.c_kv = plan.chunks(qm.context), self.kvdim // plan.lanes
+        self.dims = Dims.of(qm, plan)
+        self.add(self.dims)
+
+    def add(self, record: object) -> None:
+        """Every field of a stage's record, as an attribute (while the stages move to records)."""
+        for f in fields(record):
+            setattr(self, f.name, getattr(record, f.name))
 
     def chunks(self, n: int) -> int:
         return self.plan.chunks(n)

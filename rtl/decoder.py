@@ -23,9 +23,10 @@ from ..quant.quantize import WEIGHT_FORMAT
 from .datapath import ACT_BITS, MAX_LORA_RANK, Datapath, Mode, Source
 from .decoder_engine import build_engine
 from .decoder_epilogue import build_epilogue
+from .decoder_memories import build_buffers, build_kv_cache, build_vectors, build_weights
 from .decoder_schedule import build_schedule
 from .decoder_side import build_norm_feeder, build_rope_driver
-from .decoder_units import build_buffers, build_units, build_weights
+from .decoder_units import build_units
 from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
 from .plan import HardwarePlan, layer_windows
@@ -114,11 +115,17 @@ class Decoder(wiring.Component):
     def elaborate(self, platform: object) -> Elaboratable:
         m = Module()
         dp = Datapath(m, self.qm, self.plan)
+        dims = dp.dims
         dp.tokens, dp.out = self.tokens, self.out
-        build_weights(dp)
-        build_buffers(dp)
-        build_units(dp)
-        self.banks, self.memories = dp.banks, dp.memories
+        weights = build_weights(m, self.qm, dims)
+        buffers = build_buffers(m, self.qm, dims)
+        kv = build_kv_cache(m, self.qm, dims)
+        vectors = build_vectors(m, self.qm, dims)
+        units = build_units(m, self.qm, dims, weights.acc_bits)
+        for record in (weights, kv, vectors, units):
+            dp.add(record)
+        dp.act_layout, dp.rd, dp.wr, dp.gate_vec = buffers.layout, buffers.rd, buffers.wr, vectors.gate
+        self.banks, self.memories = weights.banks, {**buffers.memories, **kv.memories, **vectors.memories}
         self._control_registers(dp)
         m.submodules.lora = dp.lora = LoraBank(self.qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
         # adapter writes only between tokens; the host waits while busy
