@@ -117,5 +117,10 @@ class Datapath:
         for f in fields(record):
             setattr(self, f.name, getattr(record, f.name))
 
+    def add_vars(self, record: object) -> None:
+        """Every attribute of a stage's record (while the stages move to records)."""
+        for name, value in vars(record).items():
+            setattr(self, name, value)
+
     def chunks(self, n: int) -> int:
         return self.plan.chunks(n)

@@ -23,10 +23,6 @@ def build_epilogue(dp: Datapath) -> None:
     m, wide = dp.m, dp.wide
     dp.row_in = Signal.like(dp.mv_rows)  # rows that entered the rescale
     dp.row_out = Signal.like(dp.mv_rows)  # rows that left it
-    # rows per full beat (a group of attention rows may be narrower than `wide`) and rows not yet out: registers
-    # that start_mv sets, so that no subtraction runs ahead of the destinations (it was the ECP5 critical path)
-    dp.step = Signal(range(wide + 1), init=1)
-    dp.rows_left = Signal.like(dp.mv_rows)
     dp.beat = Signal(range(wide + 1))  # rows in the beat leaving the rescale: every beat is full but the last
     dp.last_beat = Signal()  # the beat leaving the rescale ends the product
     m.d.comb += [dp.beat.eq(Mux(dp.rows_left < dp.step, dp.rows_left, dp.step)),

@@ -11,10 +11,13 @@ from __future__ import annotations
 from amaranth.hdl import Mux, Signal, signed
 
 from .datapath import Datapath, Mode, MvStart, Source
-from .decoder_engine import start_mv
 from .decoder_side import k_write, norm_start, q_write
 from .rescale import saturate
 from .word_runs import lane_group_write
+
+
+def start_mv(dp: Datapath, *args: object, **kwargs: object) -> MvStart:
+    return dp.product.start(*args, **kwargs)
 
 
 def build_schedule(dp: Datapath) -> object:
