@@ -26,7 +26,7 @@ from .decoder_engine import Product, build_engine
 from .decoder_epilogue import build_epilogue
 from .decoder_memories import build_buffers, build_kv_cache, build_vectors, build_weights
 from .decoder_schedule import build_schedule
-from .decoder_side import build_norm_feeder, build_rope_driver
+from .decoder_side import NormLink, build_norm_feeder, build_rope_driver
 from .decoder_units import Units, build_units
 from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
@@ -141,7 +141,11 @@ class Decoder(wiring.Component):
         dp.product = product
         dp.add_vars(product)
         dp.add_vars(engine)
-        build_epilogue(dp)
+        link = NormLink(dims.wide)
+        epilogue = build_epilogue(m, self.qm, dims, product, engine, weights, buffers, kv, vectors, units, control,
+                                  lora, link)
+        dp.resid_new, dp.resid_took, dp.resid_beat, dp.norm_in_ready = link.values, link.valid, link.count, link.ready
+        dp.mv_done = epilogue.mv_done
         build_norm_feeder(dp)
         build_rope_driver(dp)
         self.fsm = build_schedule(dp)  # for testbenches and waveforms: the schedule state

@@ -33,7 +33,7 @@ class Product:
         self.mv_start = Signal()  # one-cycle pulse, set by the schedule with the mv_* registers below
         self.mv_tensor = Signal(range(max(2, len(weights.linears))))
         self.mv_format = Signal(range(max(2, len(weights.banks))))
-        self.mv_group = Signal(range(dims.rows + 1))  # rows per group: all (a weight matrix), attn_rows, or one (LoRA A)
+        self.mv_group = Signal(range(dims.rows + 1))  # rows per group: all (a matrix), attn_rows, or one (LoRA A)
         self.mv_mode = Signal(Mode)
         self.mv_src = Signal(Source)
         self.mv_attn = Signal()  # codes from the K / V cache instead of a weight store
@@ -184,7 +184,8 @@ def _row_unit_inputs(m: Module, dims: Dims, p: Product, engine: Engine, banks: l
     acts_q = Signal.like(acts_sel, reset_less=True)
     first_s, last_s = Signal(), Signal()
     with m.If(engine.advance):
-        m.d.sync += [engine.staged.eq(engine.pending), codes_q.eq(codes_sel), shift_q.eq(shift_sel), acts_q.eq(acts_sel),
+        m.d.sync += [engine.staged.eq(engine.pending), codes_q.eq(codes_sel), shift_q.eq(shift_sel),
+                     acts_q.eq(acts_sel),
                      first_s.eq(engine.first_q), last_s.eq(engine.last_q)]
     for r, mac in enumerate(macs):
         m.d.comb += [mac.i.valid.eq(engine.staged), mac.i.payload.codes.eq(codes_q[r]),

@@ -13,6 +13,17 @@ from .datapath import Datapath
 from .word_runs import beat_bank_write, lane_group_write
 
 
+class NormLink:
+    """A residual update streamed into the norm unit, beat by beat as it is written: the epilogue's residual stage
+    drives it (and the embedding, an element a beat), the norm feeder takes it and drives `ready`. Created before
+    both: the feeder is built after the epilogue."""
+
+    def __init__(self, wide: int) -> None:
+        self.values = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]  # the residual's new values
+        self.valid, self.count = Signal(), Signal(range(wide + 1))  # a beat of `count` values
+        self.ready = Signal(init=1, name="norm_in_ready")  # the norm takes it (always, unless it is loading)
+
+
 def build_norm_feeder(dp: Datapath) -> None:
     """Adds: norm_running, norm_fused, norm_sel, n_in, n_out, norm_done."""
     m, d, norm_unit, wide = dp.m, dp.d, dp.norm_unit, dp.wide
