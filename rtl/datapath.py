@@ -1,17 +1,20 @@
-"""What the decoder's stages share: the engine's modes and sources, and the Datapath they build together.
+"""What every stage of the decoder speaks: the engine's modes and sources, a product's start, an
+element reader, and the sizes the stages build to (Dims).
 
-The Decoder is built in stages, one file each: its memories and units (rtl/decoder_units.py), the
-engine's address generator (rtl/decoder_engine.py), the epilogue with its destinations
-(rtl/decoder_epilogue.py), the units that run beside the schedule (rtl/decoder_side.py) and the
-schedule's FSM (rtl/decoder_schedule.py). Each stage reads what the earlier ones put on the
-Datapath and adds its own signals; docs/hardware.md draws the whole.
+The Decoder is built in stages, one file each, joined in Decoder.elaborate (rtl/decoder.py): its
+memories (rtl/decoder_memories.py) and units (rtl/decoder_units.py), the engine's address generator
+(rtl/decoder_engine.py), the epilogue with its destinations (rtl/decoder_epilogue.py), the units
+that run beside the schedule (rtl/decoder_side.py) and the schedule's FSM (rtl/decoder_schedule.py).
+Each stage is a function of the records it reads and returns a record of what it provides; the
+records whose signals the schedule (built last) drives are made first. docs/hardware.md draws the whole.
+A record of signals declares them in its constructor; the ones declared several to a line keep
+Amaranth's default name ($signal) as before the records, so that the Verilog stayed byte-identical.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from amaranth.hdl import Module
 from amaranth.lib import enum
 
 from ..quant.qmodel import QModel
@@ -98,29 +101,4 @@ class Dims:
 
     def chunks(self, n: int) -> int:
         """Words of `lanes` elements that hold n elements."""
-        return self.plan.chunks(n)
-
-
-class Datapath:
-    """The module being built and every signal, port and unit that more than one stage uses.
-
-    A plain namespace, filled in stage order: each stage's function documents what it adds.
-    """
-
-    def __init__(self, m: Module, qm: QModel, plan: HardwarePlan) -> None:
-        self.m, self.qm, self.plan = m, qm, plan
-        self.dims = Dims.of(qm, plan)
-        self.add(self.dims)
-
-    def add(self, record: object) -> None:
-        """Every field of a stage's record, as an attribute (while the stages move to records)."""
-        for f in fields(record):
-            setattr(self, f.name, getattr(record, f.name))
-
-    def add_vars(self, record: object) -> None:
-        """Every attribute of a stage's record (while the stages move to records)."""
-        for name, value in vars(record).items():
-            setattr(self, name, value)
-
-    def chunks(self, n: int) -> int:
         return self.plan.chunks(n)

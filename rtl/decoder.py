@@ -8,8 +8,8 @@ time: a Python loop over the QModel unrolls it into the states of one FSM (no ru
 scheduling, as in TileRT). LoRA adapters (numerics §9) live in writable SRAM loaded through
 the `lora` port between tokens (rtl/lora_bank.py); an adapted projection first runs A over its
 input (rank rows) into sixteen-bit registers, then adds B t to each output row before its
-saturation. The circuit is built in stages that share a Datapath (rtl/datapath.py lists them);
-docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
+saturation. The circuit is built in stages joined by typed records in Decoder.elaborate (rtl/datapath.py
+lists them); docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from amaranth.lib.wiring import In, Out
 
 from ..quant.qmodel import QModel
 from ..quant.quantize import WEIGHT_FORMAT
-from .datapath import ACT_BITS, MAX_LORA_RANK, Datapath, Mode, Source
+from .datapath import ACT_BITS, MAX_LORA_RANK, Dims, Mode, Source
 from .decoder_control import Control
 from .decoder_engine import Product, build_engine
 from .decoder_epilogue import build_epilogue
 from .decoder_memories import build_buffers, build_kv_cache, build_vectors, build_weights
-from .decoder_schedule import build_schedule
+from .decoder_schedule import ScheduleIn, build_schedule
 from .decoder_side import NormLink, build_norm_feeder, build_rope_driver
 from .decoder_units import Units, build_units
 from .lora_bank import LoraBank
@@ -114,41 +114,34 @@ class Decoder(wiring.Component):
         return -(-n // self.lanes)
 
     def elaborate(self, platform: object) -> Elaboratable:
-        m = Module()
-        dp = Datapath(m, self.qm, self.plan)
-        dims = dp.dims
-        dp.tokens, dp.out = self.tokens, self.out
-        weights = build_weights(m, self.qm, dims)
-        buffers = build_buffers(m, self.qm, dims)
-        kv = build_kv_cache(m, self.qm, dims)
-        vectors = build_vectors(m, self.qm, dims)
-        units = build_units(m, self.qm, dims, weights.acc_bits)
-        for record in (weights, kv, vectors, units):
-            dp.add(record)
-        dp.act_layout, dp.rd, dp.wr, dp.gate_vec = buffers.layout, buffers.rd, buffers.wr, vectors.gate
+        """The stages in order, each a function of the records it reads; the records that flow backwards (the
+        token's and the product's registers, the residual's link to the norm) are made before their readers."""
+        m, qm = Module(), self.qm
+        dims = Dims.of(qm, self.plan)
+        weights = build_weights(m, qm, dims)
+        buffers = build_buffers(m, qm, dims)
+        kv = build_kv_cache(m, qm, dims)
+        vectors = build_vectors(m, qm, dims)
+        units = build_units(m, qm, dims, weights.acc_bits)
         self.banks, self.memories = weights.banks, {**buffers.memories, **kv.memories, **vectors.memories}
-        control = Control(self.qm, self.token_bits)
+        control = Control(qm, self.token_bits)
         self._status(m, control, units)
-        dp.add_vars(control)
-        m.submodules.lora = lora = LoraBank(self.qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
-        dp.lora = lora
+        m.submodules.lora = lora = LoraBank(qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
         # adapter writes only between tokens; the host waits while busy
         m.d.comb += [lora.write.valid.eq(self.lora.valid), lora.write.payload.eq(self.lora.payload),
                      self.lora.ready.eq(lora.write.ready), lora.accept.eq(~control.busy)]
         self.memories.update(lora.memories)
-        product = Product(self.qm, dims, weights, kv)
+        product = Product(qm, dims, weights, kv)
         engine = build_engine(m, dims, product, weights.banks, buffers, kv, units, lora)
-        dp.product = product
-        dp.add_vars(product)
-        dp.add_vars(engine)
         link = NormLink(dims.wide)
-        epilogue = build_epilogue(m, self.qm, dims, product, engine, weights, buffers, kv, vectors, units, control,
-                                  lora, link)
-        dp.resid_new, dp.resid_took, dp.resid_beat, dp.norm_in_ready = link.values, link.valid, link.count, link.ready
-        dp.mv_done = epilogue.mv_done
-        build_norm_feeder(dp)
-        build_rope_driver(dp)
-        self.fsm = build_schedule(dp)  # for testbenches and waveforms: the schedule state
+        epilogue = build_epilogue(m, qm, dims, product, engine, weights, buffers, kv, vectors, units, control, lora,
+                                  link)
+        feeder = build_norm_feeder(m, dims, units.norm_unit, units.norm_names, vectors, buffers, link)
+        rope = build_rope_driver(m, qm, dims, units.rope, vectors, buffers, kv, control)
+        self.fsm = build_schedule(m, ScheduleIn(  # for testbenches and waveforms: the schedule state
+            qm=qm, dims=dims, tokens=self.tokens, out=self.out, control=control, product=product, epilogue=epilogue,
+            feeder=feeder, rope=rope, link=link, weights=weights, units=units, buffers=buffers, kv=kv, vectors=vectors,
+            lora=lora))
         return m
 
     def _status(self, m: Module, control: Control, units: Units) -> None:
