@@ -118,12 +118,14 @@ class Decoder(wiring.Component):
         token's and the product's registers, the residual's link to the norm) are made before their readers."""
         m, qm = Module(), self.qm
         dims = Dims.of(qm, self.plan)
+        # memories and units: nothing sequenced yet
         weights = build_weights(m, qm, dims)
         buffers = build_buffers(m, qm, dims)
         kv = build_kv_cache(m, qm, dims)
         vectors = build_vectors(m, qm, dims)
         units = build_units(m, qm, dims, weights.acc_bits)
         self.banks, self.memories = weights.banks, {**buffers.memories, **kv.memories, **vectors.memories}
+        # the token's registers: the schedule sets them, the epilogue and the RoPE driver read them
         control = Control(qm, self.token_bits)
         self._status(m, control, units)
         m.submodules.lora = lora = LoraBank(qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
@@ -131,11 +133,13 @@ class Decoder(wiring.Component):
         m.d.comb += [lora.write.valid.eq(self.lora.valid), lora.write.payload.eq(self.lora.payload),
                      self.lora.ready.eq(lora.write.ready), lora.accept.eq(~control.busy)]
         self.memories.update(lora.memories)
+        # a product: the schedule sets its registers, the engine walks it, the epilogue sends its rows on
         product = Product(qm, dims, weights, kv)
         engine = build_engine(m, dims, product, weights.banks, buffers, kv, units, lora)
-        link = NormLink(dims.wide)
+        link = NormLink(dims.wide)  # the residual update into the norm unit: the feeder drives its ready
         epilogue = build_epilogue(m, qm, dims, product, engine, weights, buffers, kv, vectors, units, control, lora,
                                   link)
+        # beside the schedule, started by it: the norm feeder, the RoPE driver
         feeder = build_norm_feeder(m, dims, units.norm_unit, units.norm_names, vectors, buffers, link)
         rope = build_rope_driver(m, qm, dims, units.rope, vectors, buffers, kv, control)
         self.fsm = build_schedule(m, ScheduleIn(  # for testbenches and waveforms: the schedule state

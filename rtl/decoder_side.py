@@ -26,7 +26,7 @@ class NormLink:
     def __init__(self, wide: int) -> None:
         self.values = [Signal(signed(16), name=f"resid_new{e}") for e in range(wide)]  # the residual's new values
         self.valid, self.count = Signal(), Signal(range(wide + 1))  # a beat of `count` values
-        self.ready = Signal(init=1, name="norm_in_ready")  # the norm takes it (always, unless it is loading)
+        self.ready = Signal(init=1, name="norm_in_ready")  # the beat is taken: 1 unless a fused norm holds it
 
 
 class NormFeeder:
