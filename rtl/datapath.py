@@ -1,15 +1,20 @@
-"""What the decoder's stages share: the engine's modes and sources, and the Datapath they build together.
+"""What every stage of the decoder speaks: the engine's modes and sources, a product's start, an
+element reader, and the sizes the stages build to (Dims).
 
-The Decoder is built in stages, one file each: its memories and units (rtl/decoder_units.py), the
-engine's address generator (rtl/decoder_engine.py), the epilogue with its destinations
-(rtl/decoder_epilogue.py), the units that run beside the schedule (rtl/decoder_side.py) and the
-schedule's FSM (rtl/decoder_schedule.py). Each stage reads what the earlier ones put on the
-Datapath and adds its own signals; docs/hardware.md draws the whole.
+The Decoder is built in stages, one file each, joined in Decoder.elaborate (rtl/decoder.py): its
+memories (rtl/decoder_memories.py) and units (rtl/decoder_units.py), the engine's address generator
+(rtl/decoder_engine.py), the epilogue with its destinations (rtl/decoder_epilogue.py), the units
+that run beside the schedule (rtl/decoder_side.py) and the schedule's FSM (rtl/decoder_schedule.py).
+Each stage is a function of the records it reads and returns a record of what it provides; the
+records whose signals the schedule (built last) drives are made first. docs/hardware.md draws the whole.
+A record of signals declares them in its constructor; the ones declared several to a line keep
+Amaranth's default name ($signal) as before the records, so that the Verilog stayed byte-identical.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from dataclasses import dataclass
+
 from amaranth.lib import enum
 
 from ..quant.qmodel import QModel
@@ -63,25 +68,37 @@ class Reader:
         self.addr, self.data, self.run = vector.rd_base[r], vector.rd_values[r][0], vector.rd_values[r]
 
 
-class Datapath:
-    """The module being built and every signal, port and unit that more than one stage uses.
+@dataclass(frozen=True)
+class Dims:
+    """The sizes every stage builds to: the engine's shape (the plan) and the model's widths."""
 
-    A plain namespace, filled in stage order: each stage's function documents what it adds.
-    """
+    plan: HardwarePlan
+    lanes: int  # MACs per row unit: the width of a buffer word
+    rows: int  # row units
+    wide: int  # epilogue lanes: rows per beat through the epilogue
+    d: int  # d_model
+    hd: int  # head width
+    ctx: int  # context
+    kvdim: int  # K (or V) elements of all heads
+    qdim: int  # q elements of all heads
+    attn_rows: int  # rows of the attention products: the KV cache's banks
+    gated: bool  # a gated MLP (GLU) rather than one activation table
+    raw_bits: int  # q and k as projected, before the rotation: int8 or int12
+    c_ctx: int  # words of the context (probabilities, a row of V transposed)
+    c_kv: int  # words of K (all heads) at one position
 
-    def __init__(self, m: Module, qm: QModel, plan: HardwarePlan) -> None:
-        self.m, self.qm, self.plan = m, qm, plan
+    @classmethod
+    def of(cls, qm: QModel, plan: HardwarePlan) -> Dims:
         cfg = qm.config
-        self.lanes, self.rows, self.wide = plan.lanes, plan.rows, plan.epilogue_lanes
-        self.d, self.hd, self.ctx = cfg.d_model, cfg.head_dim, qm.context
-        self.kvdim, self.qdim = cfg.n_kv_heads * cfg.head_dim, cfg.n_heads * cfg.head_dim
-        self.attn_rows = plan.attn_rows(cfg.head_dim)
-        self.gated = cfg.gated
         raw = {lin.out_bits for layer in qm.layers for lin in (layer.q, layer.k)}  # q, k into RoPE (or copied)
         if len(raw) != 1 or not raw <= {8, 12}:
             raise ValueError(f"q and k projections must all output int8 or all int12 (RoPE input); got {sorted(raw)}")
-        self.raw_bits = raw.pop()
-        self.c_ctx, self.c_kv = plan.chunks(qm.context), self.kvdim // plan.lanes
+        kvdim = cfg.n_kv_heads * cfg.head_dim
+        return cls(plan=plan, lanes=plan.lanes, rows=plan.rows, wide=plan.epilogue_lanes, d=cfg.d_model,
+                   hd=cfg.head_dim, ctx=qm.context, kvdim=kvdim, qdim=cfg.n_heads * cfg.head_dim,
+                   attn_rows=plan.attn_rows(cfg.head_dim), gated=cfg.gated, raw_bits=raw.pop(),
+                   c_ctx=plan.chunks(qm.context), c_kv=kvdim // plan.lanes)
 
     def chunks(self, n: int) -> int:
+        """Words of `lanes` elements that hold n elements."""
         return self.plan.chunks(n)

@@ -8,27 +8,29 @@ time: a Python loop over the QModel unrolls it into the states of one FSM (no ru
 scheduling, as in TileRT). LoRA adapters (numerics §9) live in writable SRAM loaded through
 the `lora` port between tokens (rtl/lora_bank.py); an adapted projection first runs A over its
 input (rank rows) into sixteen-bit registers, then adds B t to each output row before its
-saturation. The circuit is built in stages that share a Datapath (rtl/datapath.py lists them);
-docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
+saturation. The circuit is built in stages joined by typed records in Decoder.elaborate (rtl/datapath.py
+lists them); docs/hardware.md draws the data flow; docs/numerics.md is what every block computes.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Signal, unsigned
+from amaranth.hdl import Elaboratable, Module, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..quant.qmodel import QModel
 from ..quant.quantize import WEIGHT_FORMAT
-from .datapath import ACT_BITS, MAX_LORA_RANK, Datapath, Mode, Source
-from .decoder_engine import build_engine
+from .datapath import ACT_BITS, MAX_LORA_RANK, Dims, Mode, Source
+from .decoder_control import Control
+from .decoder_engine import Product, build_engine
 from .decoder_epilogue import build_epilogue
-from .decoder_schedule import build_schedule
-from .decoder_side import build_norm_feeder, build_rope_driver
-from .decoder_units import build_buffers, build_units, build_weights
+from .decoder_memories import build_buffers, build_kv_cache, build_vectors, build_weights
+from .decoder_schedule import ScheduleIn, build_schedule
+from .decoder_side import NormLink, build_norm_feeder, build_rope_driver
+from .decoder_units import Units, build_units
 from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
-from .plan import HardwarePlan, layer_windows
+from .plan import HardwarePlan
 
 __all__ = ["ACT_BITS", "MAX_LORA_RANK", "Decoder", "Mode", "Source", "status_layout", "token_layout"]
 
@@ -112,45 +114,45 @@ class Decoder(wiring.Component):
         return -(-n // self.lanes)
 
     def elaborate(self, platform: object) -> Elaboratable:
-        m = Module()
-        dp = Datapath(m, self.qm, self.plan)
-        dp.tokens, dp.out = self.tokens, self.out
-        build_weights(dp)
-        build_buffers(dp)
-        build_units(dp)
-        self.banks, self.memories = dp.banks, dp.memories
-        self._control_registers(dp)
-        m.submodules.lora = dp.lora = LoraBank(self.qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
+        """The stages in order, each a function of the records it reads; the records that flow backwards (the
+        token's and the product's registers, the residual's link to the norm) are made before their readers."""
+        m, qm = Module(), self.qm
+        dims = Dims.of(qm, self.plan)
+        # memories and units: nothing sequenced yet
+        weights = build_weights(m, qm, dims)
+        buffers = build_buffers(m, qm, dims)
+        kv = build_kv_cache(m, qm, dims)
+        vectors = build_vectors(m, qm, dims)
+        units = build_units(m, qm, dims, weights.acc_bits)
+        self.banks, self.memories = weights.banks, {**buffers.memories, **kv.memories, **vectors.memories}
+        # the token's registers: the schedule sets them, the epilogue and the RoPE driver read them
+        control = Control(qm, self.token_bits)
+        self._status(m, control, units)
+        m.submodules.lora = lora = LoraBank(qm, lanes=self.lanes, lanes_out=self.plan.epilogue_lanes)
         # adapter writes only between tokens; the host waits while busy
-        m.d.comb += [dp.lora.write.valid.eq(self.lora.valid), dp.lora.write.payload.eq(self.lora.payload),
-                     self.lora.ready.eq(dp.lora.write.ready), dp.lora.accept.eq(~dp.busy)]
-        self.memories.update(dp.lora.memories)
-        build_engine(dp)
-        build_epilogue(dp)
-        build_norm_feeder(dp)
-        build_rope_driver(dp)
-        self.fsm = build_schedule(dp)  # for testbenches and waveforms: the schedule state
+        m.d.comb += [lora.write.valid.eq(self.lora.valid), lora.write.payload.eq(self.lora.payload),
+                     self.lora.ready.eq(lora.write.ready), lora.accept.eq(~control.busy)]
+        self.memories.update(lora.memories)
+        # a product: the schedule sets its registers, the engine walks it, the epilogue sends its rows on
+        product = Product(qm, dims, weights, kv)
+        engine = build_engine(m, dims, product, weights.banks, buffers, kv, units, lora)
+        link = NormLink(dims.wide)  # the residual update into the norm unit: the feeder drives its ready
+        epilogue = build_epilogue(m, qm, dims, product, engine, weights, buffers, kv, vectors, units, control, lora,
+                                  link)
+        # beside the schedule, started by it: the norm feeder, the RoPE driver
+        feeder = build_norm_feeder(m, dims, units.norm_unit, units.norm_names, vectors, buffers, link)
+        rope = build_rope_driver(m, qm, dims, units.rope, vectors, buffers, kv, control)
+        self.fsm = build_schedule(m, ScheduleIn(  # for testbenches and waveforms: the schedule state
+            qm=qm, dims=dims, tokens=self.tokens, out=self.out, control=control, product=product, epilogue=epilogue,
+            feeder=feeder, rope=rope, link=link, weights=weights, units=units, buffers=buffers, kv=kv, vectors=vectors,
+            lora=lora))
         return m
 
-    def _control_registers(self, dp: Datapath) -> None:
-        """The token, position, layer and head registers, the status counters and the sticky error flags."""
-        m, cfg = dp.m, self.qm.config
-        dp.token = Signal(self.token_bits)
-        dp.position = Signal(range(self.qm.context + 1))
-        # a windowed layer keeps K and V in a ring of w slots (position p in slot p mod w): a counter per window
-        # that moves with the position, and the slot the running layer writes (set with layer_sel)
-        dp.windows = layer_windows(self.qm)
-        dp.ring = {w: Signal(range(max(2, w)), name=f"ring{w}") for w in sorted({w for w in dp.windows if w is not None})}
-        dp.kv_slot = Signal.like(dp.position)
-        # selectors keep at least one bit: a zero-width signal is written as [-1:0], which Verilog tools refuse
-        dp.layer_sel = Signal(range(max(2, cfg.n_layers)))
-        m.d.comb += dp.softmax.site.eq(dp.layer_sel)  # the layer's score scale
-        m.d.comb += [unit.site.eq(dp.layer_sel) for unit in dp.acts]  # the layer's activation table
-        dp.head = Signal(range(max(2, cfg.n_heads)))
-        dp.busy, dp.context_full, dp.bad_token = Signal(), Signal(), Signal()
-        dp.tokens_done, cycles = Signal(32), Signal(32)
-        dp.emb_i, dp.emb_o = Signal(range(dp.d + 1)), Signal(range(dp.d + 1))
-        m.d.sync += cycles.eq(cycles + 1)
-        m.d.comb += [self.status.tokens.eq(dp.tokens_done), self.status.cycles.eq(cycles),
-                     self.status.position.eq(dp.position), self.status.busy.eq(dp.busy),
-                     self.status.context_full.eq(dp.context_full), self.status.bad_token.eq(dp.bad_token)]
+    def _status(self, m: Module, control: Control, units: Units) -> None:
+        """The layer selects the softmax's scale and the activation table; the status port reports the counters."""
+        m.d.comb += units.softmax.site.eq(control.layer_sel)  # the layer's score scale
+        m.d.comb += [unit.site.eq(control.layer_sel) for unit in units.acts]  # the layer's activation table
+        m.d.sync += control.cycles.eq(control.cycles + 1)
+        m.d.comb += [self.status.tokens.eq(control.tokens_done), self.status.cycles.eq(control.cycles),
+                     self.status.position.eq(control.position), self.status.busy.eq(control.busy),
+                     self.status.context_full.eq(control.context_full), self.status.bad_token.eq(control.bad_token)]
