@@ -62,7 +62,8 @@ class FloatDecoder:
         if self.context is not None and self.capacity > self.context:
             raise DecodeError(f"capacity {self.capacity} exceeds the model's context of {self.context}")
         if cfg.positions == "rope":
-            self.cos, self.sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, self.capacity)
+            self.cos, self.sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, self.capacity,
+                                                   cfg.rope_freqs)
         self.step_fn: Step = self.forward
         self.static = False  # attend over the whole cache (fixed shapes) rather than the filled part
         self.reset()

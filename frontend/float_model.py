@@ -51,9 +51,15 @@ def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer,
     return out if norm.bias is None else out + _t(norm.bias)
 
 
-def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (positions, head_dim) in the rotate-half layout."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+def rope_tables(head_dim: int, theta: float, positions: int,
+                inv_freq: tuple[float, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (positions, head_dim) in the rotate-half layout (head_dim: the rotated dims): the angle per
+    position of pair i is inv_freq[i] where given (a schedule read from the graph, ModelConfig.rope_freqs), else
+    theta**(-2i / head_dim)."""
+    if inv_freq is not None:
+        inv_freq = torch.tensor(inv_freq, dtype=torch.float32)
+    else:
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(positions, dtype=torch.float32), inv_freq)  # (positions, hd/2)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
@@ -125,7 +131,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     if cfg.positions == "learned":
         x = x + _t(ir.pos_embed)[:t]
     else:
-        cos, sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, t)  # (t, rotated dims)
+        cos, sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, t, cfg.rope_freqs)  # (t, rotated dims)
 
     def site(name: str, value: torch.Tensor, form: str = "") -> torch.Tensor:
         """transform sees `name` + form (`_raw`: q or k before RoPE), observe pools them under `name`."""

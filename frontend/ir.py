@@ -35,13 +35,15 @@ class ModelConfig:
     norm_eps: float  # epsilon inside the square root
     activation: Activation  # *_glu: down(act(gate) * up); gelu*, relu: down(act(up))
     positions: Positions  # rotary (rotate-half layout) or a learned table added to the embedding
-    rope_theta: float | None  # RoPE base, None for learned positions
+    rope_theta: float | None  # RoPE base, None for learned positions (with rope_freqs: the one pair 1 implies)
     tied_head: bool  # output head shares the token embedding
     # Block layout beyond the sequential pre-norm Llama/GPT-2 block (the defaults are that block):
     parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)): both sublayers read the block's input
     shared_norm: bool = False  # parallel blocks with one norm for both sublayers (Phi); mlp_norm is attn_norm
     rotary_dims: int | None = None  # RoPE rotates the first rotary_dims of each head (partial rotary); None: all
     attn_windows: tuple[int | None, ...] | None = None  # per layer: a query sees the last w keys; None: causal
+    rope_freqs: tuple[float, ...] | None = None  # per rotated pair: its angle per position, read from the graph
+    #   (Llama 3, linear, YaRN scaling); None: rope_theta**(-2i / rotary dims)
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
 
     @property
@@ -54,6 +56,14 @@ class ModelConfig:
         return self.attn_windows or (None,) * self.n_layers
 
     @property
+    def inv_freq(self) -> np.ndarray:
+        """RoPE's angle per position step of each rotated pair i (float64): rope_freqs, or theta**(-2i / dims)."""
+        if self.rope_freqs is not None:
+            return np.array(self.rope_freqs, dtype=np.float64)
+        rd = self.rotary_dims or self.head_dim
+        return float(self.rope_theta) ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+
+    @property
     def features(self) -> tuple[str, ...]:
         """Every recovered feature beyond the baseline block, as `name` or `name: detail`, in a fixed order."""
         out = []
@@ -63,6 +73,8 @@ class ModelConfig:
             out.append("shared norm")
         if self.rotary_dims is not None and self.rotary_dims != self.head_dim:
             out.append(f"partial rotary: {self.rotary_dims} of {self.head_dim} dims")
+        if self.rope_freqs is not None:
+            out.append("RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)")
         if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
             out.append(f"windowed attention ({layers})")

@@ -135,8 +135,28 @@ class _Recovery(SublayerReader):
             raise ModelImportError(f"{self.where}: expected one output projection (the LM head) after the last block, "
                                    f"found {len(projs)}")
         norm, kind, eps = self.norm(stream, projs[0].input[0], d_model, projs[0])
-        head, _ = self.linear(projs[0])
-        return norm, kind, eps, head
+        head, out = self.linear(projs[0])
+        logits = view.proto.graph.output[0].name
+        scale = self.scale_between(out, logits) if logits in view.descendants([out]) else 1.0
+        cap = next((n for n in view.nodes_between({out}, logits) if n.op_type == "Tanh"), None)
+        if cap is not None:
+            raise self.fail(cap, "logit soft-capping (tanh of the logits: Gemma 2) is not supported")
+        if scale != 1.0:  # Granite divides the logits by logits_scaling, Cohere multiplies them by logit_scale
+            self.folded.append(f"logits scale {_f32_scalar(scale):g} (the head's weights times it)")
+        return norm, kind, eps, self.scaled(head, scale)
+
+    def fold_per_layer(self, factors: list, text: str, folded, skip=lambda i: False) -> None:
+        """Record in self.folded each distinct factor (per layer) that FOLDED says was folded, naming its layers
+        where not every layer has it."""
+        by_factor: dict[object, list[int]] = {}
+        for i, factor in enumerate(factors):
+            if folded(factor) and not skip(i):
+                by_factor.setdefault(factor, []).append(i)
+        for factor, where in by_factor.items():
+            value = _f32_scalar(factor[0] if isinstance(factor, tuple) else factor)
+            which = "" if len(where) == len(factors) else f" in layer{'s' if len(where) > 1 else ''} " \
+                f"{', '.join(map(str, where))}"
+            self.folded.append(text.format(value) + which)
 
     def run(self, context: int | None) -> ModelIR:
         embed, stream, positions = self.embedding()
@@ -156,6 +176,13 @@ class _Recovery(SublayerReader):
             if i + 1 == len(steps):
                 break
             r_mlp, add_mlp = steps[i + 1]
+            other = next(x for x in add_mlp.input if x != r_mlp)
+            reads = self.view.ancestors(other, stop={r_attn, r_mlp})
+            if r_mlp not in reads and r_attn in reads:  # (x + attn(x)) + mlp(x): a parallel block in two Adds (Cohere)
+                blocks.append((self.attention(r_attn, add_attn, d_model),
+                               self.mlp(r_attn, self.view.producer[other], d_model), True))
+                i += 2
+                continue
             blocks.append((self.attention(r_attn, add_attn, d_model), self.mlp(r_mlp, add_mlp, d_model), False))
             i += 2
         if not blocks or i != len(steps):
@@ -164,15 +191,17 @@ class _Recovery(SublayerReader):
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary = set(), set()
+        layouts, rotary, schedules = set(), set(), set()
         windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
             layouts.add((parallel, shared))
             kinds |= {att["kind"], mlp["kind"]}
             epss |= {att["eps"], mlp["eps"]}
-            rope_thetas.add(att["rope"])
-            rotary.add(att["rotary_dims"])
+            rope = att["rope"] or {}
+            rope_thetas.add(rope.get("theta"))
+            rotary.add(rope.get("rotary_dims"))
+            schedules.add((rope.get("freqs"), rope.get("interleaved"), rope.get("gain")))
             activations.add(mlp["activation"])
             head_dims.add(att["head_dim"])
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
@@ -183,6 +212,7 @@ class _Recovery(SublayerReader):
         epss.add(eps)
         for what, seen in (("norm kinds", kinds), ("norm epsilons", epss), ("RoPE bases", rope_thetas),
                            ("activations", activations), ("head widths", head_dims), ("rotary widths", rotary),
+                           ("RoPE schedules (frequencies, layout, gain)", schedules),
                            ("block layouts (parallel, shared norm)", layouts)):
             if len(seen) != 1:
                 raise ModelImportError(f"{self.where}: layers differ in {what} ({sorted(map(str, seen))}); "
@@ -191,9 +221,22 @@ class _Recovery(SublayerReader):
         rope_theta = rope_thetas.pop()
         rotary_dims = rotary.pop()
         parallel, shared = layouts.pop()
+        rope_freqs, interleaved, gain = schedules.pop()
+        if interleaved:
+            self.folded.append("interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)")
+        if gain is not None and gain != 1.0:
+            self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: q and k's rotated rows "
+                               "times it)")
         if (rope_theta is None) == (positions is None):
             raise ModelImportError(f"{self.where}: expected exactly one positional scheme (RoPE or a learned table), "
                                    f"found {'both' if positions is not None else 'neither'}")
+        self.fold_per_layer([(att["out_scale"], mlp["out_scale"]) for att, mlp, _ in blocks],
+                            "residual multiplier {:g} (o's and down's weights times it)",
+                            lambda f: f[0] == f[1] and f[0] != 1.0)
+        for part, which in ((0, "attention"), (1, "MLP")):  # the two sublayers scaled differently
+            self.fold_per_layer([(att["out_scale"], mlp["out_scale"])[part] for att, mlp, _ in blocks],
+                                f"{which} output scale {{:g}} ({'o' if part == 0 else 'down'}'s weights times it)",
+                                lambda f: f != 1.0, skip=lambda i: blocks[i][0]["out_scale"] == blocks[i][1]["out_scale"])
         by_factor: dict[float, list[int]] = {}  # q's extra factor (the scale times sqrt(head_dim)) -> layers
         for i, (att, _, _) in enumerate(blocks):
             factor = float(np.float32(att["score_scale"] * np.sqrt(head_dim)))
@@ -215,7 +258,7 @@ class _Recovery(SublayerReader):
             positions="rope" if rope_theta is not None else "learned", rope_theta=rope_theta, tied_head=tied,
             parallel_residual=parallel, shared_norm=shared,
             rotary_dims=rotary_dims if rotary_dims is not None and rotary_dims != head_dim else None,
-            attn_windows=tuple(windows) if any(w is not None for w in windows) else None,
+            attn_windows=tuple(windows) if any(w is not None for w in windows) else None, rope_freqs=rope_freqs,
             folded=tuple(self.folded))
         embed32 = f32_array(embed)
         return ModelIR(config=config, embed=embed32, layers=tuple(layers), final_norm=final_norm,

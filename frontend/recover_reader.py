@@ -78,6 +78,34 @@ class GraphReader:
                     return Linear(f32_array(weight), f32_array(bias)), consumer.output[0]
         return Linear(f32_array(weight), None if bias is None else f32_array(bias)), out
 
+    def scalar(self, node: onnx.NodeProto) -> float | None:
+        """The factor a Mul (or a Div of a dynamic value) by a constant scalar applies, else None."""
+        view = self.view
+        static = view.static_inputs(node)
+        if node.op_type not in ("Mul", "Div") or len(static) != 1 or view.value(static[0]).size != 1:
+            return None
+        if node.op_type == "Div" and node.input[1] != static[0]:
+            return None
+        value = float(view.value(static[0]).reshape(()))
+        return 1 / value if node.op_type == "Div" else value
+
+    def scale_between(self, start: str, end: str) -> float:
+        """The product of the constant scalars multiplying the dynamic path from START to END (END's producer
+        included): Granite's residual and logits multipliers, Cohere's logit scale."""
+        scale = 1.0
+        for node in self.view.nodes_between({start}, end):
+            factor = self.scalar(node)
+            scale *= 1.0 if factor is None else factor
+        return scale
+
+    @staticmethod
+    def scaled(lin: Linear, factor: float) -> Linear:
+        """LIN with its output times FACTOR (weights and bias), or LIN itself for a factor of one."""
+        if factor == 1.0:
+            return lin
+        return Linear(f32_array(lin.weight.astype(np.float64) * factor),
+                      None if lin.bias is None else f32_array(lin.bias.astype(np.float64) * factor))
+
     # -- norms -----------------------------------------------------------------------
 
     def norm(self, residual: str, normed: str, d_model: int, consumer: onnx.NodeProto) -> tuple[Norm, str, float]:

@@ -12,7 +12,25 @@ from .ir import Activation, Linear
 from .recover_reader import LAYOUT_OPS, GraphReader, attribute, f32_array
 
 ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Gelu", "Relu"}
+NORM_OPS = {"ReduceMean", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "Sqrt",
+            "Reciprocal"}  # a norm (exported whole or decomposed)
 MASK_FLOOR = -1e4  # an additive mask entry at or below this removes the key: exp() of it is 0 in float32
+
+
+def rope_rows(lin: Linear, head_dim: int, rotary_dims: int, interleaved: bool, gain: float) -> Linear:
+    """q or k's projection with RoPE's layout and gain folded into its rows: an interleaved head's rotated dims
+    (pairs (2i, 2i + 1)) reordered to rotate-half's pairs (i, i + r/2), which leaves q . k unchanged when q and k
+    are reordered alike; and the rotated rows times the tables' gain g (YaRN: cos and sin times g rotate g x)."""
+    if not interleaved and gain == 1.0:
+        return lin
+    order = np.concatenate((np.arange(0, rotary_dims, 2), np.arange(1, rotary_dims, 2), np.arange(rotary_dims, head_dim))) \
+        if interleaved else np.arange(head_dim)
+    scale = np.where(np.arange(head_dim) < rotary_dims, gain, 1.0)
+    heads = lin.weight.shape[0] // head_dim
+    rows = np.concatenate([h * head_dim + order for h in range(heads)])
+    scale = np.tile(scale, heads)
+    return Linear(f32_array(lin.weight[rows].astype(np.float64) * scale[:, None]),
+                  None if lin.bias is None else f32_array(lin.bias[rows].astype(np.float64) * scale))
 
 
 class SublayerReader(GraphReader):
@@ -52,50 +70,89 @@ class SublayerReader(GraphReader):
                 lin, out = self.linear(proj)
                 parts[role(out)] = lin
                 outs[role(out)] = out
-        elif len(inputs) == 1:  # fused qkv (GPT-2's c_attn, GPT-NeoX's per-head qkv): cut where its Split cuts
-            lin, out = self.linear(inputs[0])
-            split = next((n for n in nodes if n.op_type == "Split" and out in view.ancestors(n.input[0], stop=set())), None)
-            if split is None or len(split.output) != 3:
-                raise self.fail(inputs[0], "a fused qkv projection must be followed by a Split into three")
-            for piece, rows in zip(split.output, self.split_rows(out, split), strict=True):
+        elif len(inputs) == 1:  # fused qkv (GPT-2's c_attn, GPT-NeoX's per-head qkv, Phi-3's qkv_proj): cut where
+            lin, out = self.linear(inputs[0])  # its Split or its Slices cut
+            pieces = self.fused_pieces(out)
+            if len(pieces) != 3:
+                raise self.fail(inputs[0], f"a fused qkv projection must be cut into three (by a Split or by Slices), "
+                                           f"found {len(pieces)} pieces")
+            for piece, rows in pieces:
                 parts[role(piece)] = Linear(f32_array(lin.weight[rows]), None if lin.bias is None else f32_array(lin.bias[rows]))
                 outs[role(piece)] = piece
         if sorted(parts) != ["k", "q", "v"]:
             raise self.fail(inputs[0], f"could not tell q, k and v apart among {len(inputs)} projections "
                                        "(expected q reaching the scores' left operand, k the right, v neither)")
-        o, _ = self.linear(outputs[0])
+        self.refuse_unmapped(outs, score_mm, softmax)
+        o, o_out = self.linear(outputs[0])
+        out_scale = self.scale_between(o_out, end.output[0])  # Granite's residual multiplier: folded into o
+        o = self.scaled(o, out_scale)
         head_dim = view.shape(score_mm.input[0])[-1]
-        rope, rotary_dims = self.rope(nodes, parts, score_mm, head_dim)
+        rope = self.rope(nodes, score_mm, head_dim)
+        if rope is not None:
+            for name in ("q", "k"):
+                parts[name] = rope_rows(parts[name], head_dim, rope["rotary_dims"], rope["interleaved"], rope["gain"])
         scale = self.score_scale(outs, score_mm, softmax)
         factor = scale * np.sqrt(head_dim)  # the float forward divides by sqrt(head_dim): q carries the rest
         if abs(factor - 1) > 1e-5:
             q = parts["q"]
             parts["q"] = Linear(f32_array(q.weight.astype(np.float64) * factor),
                                 None if q.bias is None else f32_array(q.bias.astype(np.float64) * factor))
-        return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, rotary_dims=rotary_dims, o=o,
+        return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, o=o, out_scale=out_scale,
                     normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax, **parts)
 
-    def split_rows(self, out: str, split: onnx.NodeProto) -> list[np.ndarray]:
-        """The projection rows of each piece of SPLIT, found by carrying each element's index (token * rows + row)
-        of OUT through the layout ops in between; rows in the order of the piece's elements (heads, then dims)."""
+    def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> None:
+        """Refuse, by name, what attention may hold that the IR has no field for: a norm on q or k (Qwen3, OLMo-2,
+        Gemma 3) and a tanh soft-cap on the scores (Gemma 2)."""
+        view = self.view
+        for part, operand in (("q", score_mm.input[0]), ("k", score_mm.input[1])):
+            norm = next((n for n in view.nodes_between({outs[part]}, operand) if n.op_type in NORM_OPS), None)
+            if norm is not None:
+                raise self.fail(norm, f"a norm of {part} before the scores (per-head q/k norm: Qwen3, OLMo-2, Gemma 3) "
+                                      "is not supported")
+        cap = next((n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"), None)
+        if cap is not None:
+            raise self.fail(cap, "attention soft-capping (tanh of the scores: Gemma 2) is not supported")
+
+    def fused_pieces(self, out: str, strict: bool = True) -> list[tuple[str, np.ndarray]]:
+        """(piece, its projection rows) for each piece that a Split or a Slice cuts from the fused projection's
+        output OUT, after any reshapes and transposes: found by carrying each element's index (token * rows + row) of
+        OUT through them; rows in the order of the piece's elements (heads, then dims). Every row must land in
+        exactly one piece. Another op on the way is refused, or (not STRICT: an MLP's up projection) means no cut."""
         view = self.view
         value = view.value(out)
         rows = value.shape[-1]
-        index = np.arange(value.size).reshape(value.shape)
-        for node in view.nodes_between({out}, split.input[0]):
-            if node.op_type not in LAYOUT_OPS or len(view.dynamic_inputs(node)) != 1:
-                raise self.fail(node, "only reshapes and transposes may lie between a fused qkv projection and its Split")
-            if node.op_type == "Transpose":
-                index = np.transpose(index, attribute(node, "perm", None))
-            else:
-                index = index.reshape(view.shape(node.output[0]))
-        axis = int(attribute(split, "axis", 0))
-        bounds = np.cumsum([view.shape(piece)[axis] for piece in split.output])[:-1]
+        stack, cut = [(out, np.arange(value.size).reshape(value.shape))], []
+        while stack:
+            name, index = stack.pop()
+            for node in view.consumers[name]:
+                if node.op_type == "Split":
+                    axis = int(attribute(node, "axis", 0))
+                    bounds = np.cumsum([view.shape(piece)[axis] for piece in node.output])[:-1]
+                    cut.extend(zip(node.output, np.split(index, bounds, axis=axis), strict=True))
+                elif node.op_type == "Slice" and all(view.is_static(i) for i in node.input[1:] if i):
+                    starts, ends = view.value(node.input[1]), view.value(node.input[2])
+                    axes = view.value(node.input[3]) if len(node.input) > 3 and node.input[3] else range(len(starts))
+                    steps = view.value(node.input[4]) if len(node.input) > 4 and node.input[4] else [1] * len(starts)
+                    where = [slice(None)] * index.ndim
+                    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+                        where[int(axis) % index.ndim] = slice(int(start), int(end), int(step))
+                    cut.append((node.output[0], index[tuple(where)]))
+                elif node.op_type in LAYOUT_OPS and len(view.dynamic_inputs(node)) == 1:
+                    moved = np.transpose(index, attribute(node, "perm", None)) if node.op_type == "Transpose" \
+                        else index.reshape(view.shape(node.output[0]))
+                    stack.append((node.output[0], moved))
+                elif not strict:
+                    return []
+                else:
+                    raise self.fail(node, "only reshapes and transposes may lie between a fused projection and the "
+                                          "Split or Slices that cut it")
         pieces = []
-        for part in np.split(index, bounds, axis=axis):
+        for piece, part in cut:
             flat = part.reshape(-1)
-            first = flat[flat // rows == 0] % rows  # the first token's elements
-            pieces.append(first)
+            pieces.append((piece, flat[flat // rows == 0] % rows))  # the first token's elements
+        if pieces and not np.array_equal(np.sort(np.concatenate([r for _, r in pieces])), np.arange(rows)):
+            raise self.fail(view.producer[out], "the pieces cut from a fused projection do not take each of its rows "
+                                                "once")
         return pieces
 
     def score_scale(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> float:
@@ -106,11 +163,8 @@ class SublayerReader(GraphReader):
                  for n in view.nodes_between({start}, end)}
         scale = 1.0
         for node in nodes.values():
-            static = view.static_inputs(node)
-            if node.op_type not in ("Mul", "Div") or len(static) != 1 or view.value(static[0]).size != 1:
-                continue
-            value = float(view.value(static[0]).reshape(()))
-            scale *= 1 / value if node.op_type == "Div" and node.input[1] == static[0] else value
+            factor = self.scalar(node)
+            scale *= 1.0 if factor is None else factor
         return scale
 
     def mask(self, score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> list[tuple[str, str, bool]]:
@@ -149,10 +203,13 @@ class SublayerReader(GraphReader):
         raise self.fail(softmax, "the attention mask is neither causal nor a causal window (a query sees keys "
                                  "its position does not allow); supported: causal attention, optionally windowed")
 
-    def rope(self, nodes: list[onnx.NodeProto], parts: dict, score_mm: onnx.NodeProto,
-             head_dim: int) -> tuple[float | None, int | None]:
-        """(RoPE base, rotated dims per head) from the cos/sin tables multiplied into q, or (None, None) when q
-        is not rotated. Partial rotary (GPT-NeoX, Phi) rotates the first dims of each head, with tables that wide."""
+    def rope(self, nodes: list[onnx.NodeProto], score_mm: onnx.NodeProto, head_dim: int) -> dict | None:
+        """RoPE from the cos/sin tables multiplied into q, or None when q is not rotated: dict(theta, rotary_dims,
+        freqs, interleaved, gain). Partial rotary (GPT-NeoX, Phi, GPT-J) rotates the first dims of each head, with
+        tables that wide. The angle per position of each pair is read from the tables, whatever schedule made it
+        (Llama 3, linear, YaRN): freqs is None when it is base^(-2i/dims), else the frequencies (the graph's own
+        constant where one holds them). Interleaved tables (GPT-J, Cohere: pairs (2i, 2i + 1)) and tables scaled
+        by an attention factor (YaRN: cos and sin times g) are read too; attention() folds both into q and k."""
         view = self.view
         q_path = view.ancestors(score_mm.input[0], stop=set())
         tables = []
@@ -163,26 +220,64 @@ class SublayerReader(GraphReader):
                 value = view.value(name)
                 width = value.shape[-1] if value.ndim >= 2 else 0
                 if 2 <= width <= head_dim and width % 2 == 0 and value.size > width:
-                    tables.append(value.reshape(-1, width).astype(np.float64))
+                    tables.append((name, value.reshape(-1, width).astype(np.float64)))
         if not tables:
-            return None, None
-        if len({t.shape[1] for t in tables}) != 1:
+            return None
+        if len({t.shape[1] for _, t in tables}) != 1:
             raise self.fail(score_mm, "q is multiplied by position tables of different widths")
-        head_dim = tables[0].shape[1]  # the rotated dims: all of a head's, or its first ones
-        cos = next((t for t in tables if np.allclose(t[0], 1.0)), None)
-        sin = next((t for t in tables if np.allclose(t[0], 0.0)), None)
+        rd = tables[0][1].shape[1]  # the rotated dims: all of a head's, or its first ones
+        cos = next((t for _, t in tables if t[0, 0] > 0 and np.allclose(t[0], t[0, 0], rtol=1e-6)), None)
+        gain = 1.0 if cos is None else float(cos[0, 0])  # cos at position 0: 1, or YaRN's attention factor
+        sin_name, sin = next(((n, t) for n, t in tables if np.allclose(t[0], 0.0)), (None, None))
         if cos is None or sin is None or len(cos) < 2:
             raise self.fail(score_mm, "q is multiplied by position tables that are not RoPE cos/sin tables")
-        half = head_dim // 2
-        if not (np.allclose(cos[:, :half], cos[:, half:], atol=1e-6) and np.allclose(sin[:, :half], sin[:, half:], atol=1e-6)):
-            raise self.fail(score_mm, "RoPE tables are not in the rotate-half layout (interleaved RoPE is not supported)")
-        freqs = np.arctan2(sin[1, :half], cos[1, :half])  # angle per position step
-        theta = float(freqs[1] ** (-head_dim / 2)) if half > 1 else 10000.0
-        expected = theta ** (-np.arange(half) * 2 / head_dim)
-        if not np.allclose(freqs, expected, rtol=1e-4):
-            raise self.fail(score_mm, "RoPE frequencies are not base^(-2i/head_dim); scaled RoPE variants are not supported")
+        half = rd // 2
+        if np.allclose(cos[:, :half], cos[:, half:], atol=1e-6) and np.allclose(sin[:, :half], sin[:, half:], atol=1e-6):
+            interleaved, c, s = False, cos[:, :half], sin[:, :half]
+        elif np.allclose(cos[:, 0::2], cos[:, 1::2], atol=1e-6) and np.allclose(sin[:, 0::2], sin[:, 1::2], atol=1e-6):
+            interleaved, c, s = True, cos[:, 0::2], sin[:, 0::2]
+        else:
+            raise self.fail(score_mm, "RoPE tables pair a head's dims neither as (i, i + d/2) (rotate-half) nor as "
+                                      "(2i, 2i + 1) (interleaved)")
+        if not np.allclose(np.hypot(c, s), gain, rtol=1e-5):
+            raise self.fail(score_mm, "RoPE cos/sin tables whose amplitude varies with the position or the pair "
+                                      "(a rotation scales every pair alike)")
+        last = len(c) - 1
+        coarse = np.arctan2(s[1], c[1])  # angle per position step, within (-pi, pi]
+        turns = np.round((last * coarse - np.arctan2(s[last], c[last])) / (2 * np.pi))
+        freqs = (np.arctan2(s[last], c[last]) + 2 * np.pi * turns) / last  # refined over the probe's positions
+        freqs = self.graph_freqs(sin_name, freqs)
+        p = np.arange(len(c))[:, None]
+        if not (np.allclose(c, gain * np.cos(p * freqs), atol=2e-5 * gain)
+                and np.allclose(s, gain * np.sin(p * freqs), atol=2e-5 * gain)):
+            raise self.fail(score_mm, "RoPE tables whose angles do not grow linearly with the position (a frequency "
+                                      "per pair); supported: any fixed frequency per pair")
+        # the base pair 1 implies: the model's where the schedule keeps the fast pairs (Llama 3, YaRN on real head
+        # widths), only a label where freqs says otherwise
+        theta = float(freqs[1] ** (-rd / 2)) if half > 1 and freqs[1] > 0 else 10000.0
         nearest = round(theta)
-        return (float(nearest) if abs(theta - nearest) < 1e-4 * theta else theta), head_dim
+        theta = float(nearest) if abs(theta - nearest) < 1e-4 * theta else theta
+        formula = half > 1 and np.allclose(freqs, theta ** (-np.arange(half) * 2 / rd), rtol=1e-4)
+        return dict(theta=theta, rotary_dims=rd, freqs=None if formula else tuple(float(f) for f in freqs),
+                    interleaved=interleaved, gain=gain)
+
+    def graph_freqs(self, table: str, fitted: np.ndarray) -> np.ndarray:
+        """The constant among those TABLE is computed from that holds FITTED's frequencies (the model's inv_freq,
+        exactly), or FITTED when none does."""
+        view = self.view
+        seen, stack = set(), [table]
+        while stack:
+            name = stack.pop()
+            if name in seen or name in view.dynamic:
+                continue
+            seen.add(name)
+            value = view.values.get(name)
+            if value is not None and value.size == fitted.size and np.issubdtype(value.dtype, np.floating) \
+                    and np.allclose(value.reshape(-1).astype(np.float64), fitted, rtol=1e-4, atol=1e-7):
+                return value.reshape(-1).astype(np.float64)
+            if name in view.producer:
+                stack.extend(i for i in view.producer[name].input if i)
+        return fitted
 
     def mlp(self, residual: str, end: onnx.NodeProto, d_model: int) -> dict:
         view = self.view
@@ -193,13 +288,17 @@ class SublayerReader(GraphReader):
         first_in = projs[0].input[0]
         inputs = [p for p in projs if p.input[0] == first_in]
         outputs = [p for p in projs if p.input[0] != first_in]
+        fused = self.fused_pieces(self.linear(inputs[0])[1], strict=False) if len(inputs) == 1 else []
         if len(outputs) != 1 or len(inputs) not in (1, 2):
             raise self.fail(projs[-1], f"expected an MLP of up (and gate) then down projections, found "
                                        f"{len(inputs)} input and {len(outputs)} output projections")
+        if len(fused) not in (0, 2):
+            raise self.fail(inputs[0], f"a fused MLP projection must be cut in two (gate and up), found {len(fused)} "
+                                       "pieces")
         norm, kind, eps = self.norm(residual, first_in, d_model, projs[0])
         ops = {n.op_type for n in nodes}
         gate = None
-        if len(inputs) == 2:
+        if len(inputs) == 2 or fused:  # gate and up, or both in one projection cut in two (Phi-3's gate_up_proj)
             gelu = next((n for n in nodes if n.op_type == "Gelu"), None)
             if "Sigmoid" in ops:
                 activation: Activation = "silu_glu"
@@ -207,7 +306,12 @@ class SublayerReader(GraphReader):
                 activation = "gelu_tanh_glu"
             else:
                 raise self.fail(inputs[0], "a gated MLP is supported with SiLU (SwiGLU) or GELU-tanh (GeGLU) only")
-            outs = [self.linear(p) for p in inputs]
+            if fused:
+                lin = self.linear(inputs[0])[0]
+                outs = [(Linear(f32_array(lin.weight[rows]), None if lin.bias is None else f32_array(lin.bias[rows])),
+                         piece) for piece, rows in fused]
+            else:
+                outs = [self.linear(p) for p in inputs]
             inside = {o for n in nodes if n.op_type in ACTIVATION_OPS for o in n.output}
             gated = [bool(view.descendants([out]) & inside) for _, out in outs]
             if sorted(gated) != [False, True]:
@@ -226,6 +330,8 @@ class SublayerReader(GraphReader):
                 activation = "relu"
             else:
                 raise self.fail(inputs[0], "an ungated MLP is supported with GELU (exact or tanh) or ReLU only")
-        down, _ = self.linear(outputs[0])
-        return dict(norm=norm, kind=kind, eps=eps, up=up, gate=gate, down=down, activation=activation, normed=first_in)
+        down, down_out = self.linear(outputs[0])
+        out_scale = self.scale_between(down_out, end.output[0])  # Granite's residual multiplier: folded into down
+        return dict(norm=norm, kind=kind, eps=eps, up=up, gate=gate, down=self.scaled(down, out_scale),
+                    activation=activation, normed=first_in, out_scale=out_scale)
 

@@ -275,7 +275,8 @@ SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)"
                       "RoPE on every head dim or the first ones (partial rotary), or learned positions",
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
-IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention")
+IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
+                        "RoPE schedule")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -375,7 +376,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                     np.broadcast_to(out_step(i, p), lin.codes.shape[:1]).tolist())
                 for i, layer in enumerate(layers) for p in _PROJECTIONS if (lin := getattr(layer, p)) is not None}
     if cfg.positions == "rope":
-        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context, cfg.rotary_dims)
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, context, cfg.rotary_dims, cfg.rope_freqs)
     else:
         cos = sin = torch.zeros((0, cfg.head_dim // 2), dtype=torch.int64)
     pos = None

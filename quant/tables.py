@@ -7,6 +7,7 @@ both executions by construction: the reference indexes them, the RTL holds them 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -79,16 +80,20 @@ def gelu_table(in_scale: float, out_scale: float, approximate: bool | str) -> to
     return torch.tensor([_int8(gelu(c * in_scale) / out_scale) for c in range(-128, 128)], dtype=torch.int64)
 
 
-def rope_tables(head_dim: int, theta: float, positions: int,
-                rotary_dims: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin in Q14, shape (positions, head_dim // 2): angle(p, i) = p * theta**(-2i / rotary_dims) for the
-    rotary_dims // 2 rotated pairs (all of them by default); a pair past them is passed through (cos 1, sin 0:
-    partial rotary, quant/partial_rotary.py)."""
+def rope_tables(head_dim: int, theta: float, positions: int, rotary_dims: int | None = None,
+                inv_freq: Sequence[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin in Q14, shape (positions, head_dim // 2): angle(p, i) = p * f_i for the rotary_dims // 2 rotated
+    pairs (all of them by default), f_i = inv_freq[i] where given (a schedule read from the graph: Llama 3, linear,
+    YaRN scaling; `ModelConfig.rope_freqs`) or theta**(-2i / rotary_dims); a pair past them is passed through
+    (cos 1, sin 0: partial rotary, quant/partial_rotary.py). The one source of the chip's tables: the reference
+    indexes them, the RTL holds them in ROM."""
     half, rd = head_dim // 2, rotary_dims or head_dim
+    freqs = [float(f) for f in inv_freq] if inv_freq is not None else [theta ** (-2 * i / rd) for i in range(rd // 2)]
+    if len(freqs) != rd // 2:
+        raise ValueError(f"{len(freqs)} RoPE frequencies for {rd // 2} rotated pairs")
 
     def entry(fn, p: int, i: int) -> int:
-        return _round(fn(p * theta ** (-2 * i / rd)) * (1 << ROPE_BITS)) if i < rd // 2 else \
-            (1 << ROPE_BITS if fn is math.cos else 0)
+        return _round(fn(p * freqs[i]) * (1 << ROPE_BITS)) if i < rd // 2 else (1 << ROPE_BITS if fn is math.cos else 0)
 
     cos = [[entry(math.cos, p, i) for i in range(half)] for p in range(positions)]
     sin = [[entry(math.sin, p, i) for i in range(half)] for p in range(positions)]

@@ -159,6 +159,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[
         "opt": (exports.hf_opt, exports.export_dynamo),
         "phi": (exports.hf_phi, exports.export_dynamo),
         "mistral": (exports.hf_mistral, exports.export_dynamo),
+        **{name: (make, exports.export_dynamo) for name, make in exports.FAMILIES_2025.items()},
     }
     cache: dict[str, tuple[object, Path]] = {}
     # one folder for the run: xdist's workers have basetemps side by side in the run's, and the first worker

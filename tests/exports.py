@@ -149,3 +149,103 @@ def hf_mistral(seed: int = 0) -> torch.nn.Module:
     cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, max_position_embeddings=SEQ_MAX, sliding_window=20)
     return perturb(MistralForCausalLM(cfg), seed)
+
+
+def hf_llama_rope(rope_parameters: dict, seed: int = 0) -> torch.nn.Module:
+    """Llama with a scaled RoPE schedule (Llama 3.1's `llama3`, `linear`, `yarn`): frequencies that no single base
+    gives, read from the graph's tables; YaRN also scales cos and sin by its attention factor."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ_MAX,
+                      rope_parameters=rope_parameters, rms_norm_eps=1e-6)
+    return perturb(LlamaForCausalLM(cfg), seed)
+
+
+LLAMA3_ROPE = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=32)  # wavelengths < 8 kept, > 32 times 8, smoothed between
+YARN_ROPE = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16)
+
+
+def hf_gptj(seed: int = 0) -> torch.nn.Module:
+    """GPT-J: interleaved RoPE (pairs (2i, 2i + 1)) on the first rotary_dim dims of each head, attention and MLP in
+    parallel after one shared LayerNorm, GELU, a head with a bias."""
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GPTJConfig(vocab_size=96, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=SEQ_MAX, n_inner=128,
+                     activation_function="gelu_new", bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)
+    return perturb(GPTJForCausalLM(cfg), seed)
+
+
+def hf_phi3(seed: int = 0) -> torch.nn.Module:
+    """Phi-3: Llama's block with fused qkv and fused gate/up projections, cut by slicing."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Phi3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=SEQ_MAX, original_max_position_embeddings=SEQ_MAX,
+                     bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return perturb(Phi3ForCausalLM(cfg), seed)
+
+
+def hf_granite(seed: int = 0) -> torch.nn.Module:
+    """Granite: Llama's block with scalar multipliers on the embedding, each sublayer's residual contribution, the
+    scores (instead of 1/sqrt(head_dim)) and the logits (divided). o and down are drawn 48 times larger, so that the
+    sublayers (times 0.22) write at the scaled embedding's size: at 12 times the greedy token echoed the input 84% of the
+    time."""
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GraniteConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ_MAX,
+                        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.2,
+                        logits_scaling=8.0, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return perturb(GraniteForCausalLM(cfg), seed, {"o_proj.weight": 48.0, "down_proj.weight": 48.0})
+
+
+def hf_cohere(seed: int = 0) -> torch.nn.Module:
+    """Cohere (Command R): interleaved RoPE on every dim, attention and MLP in parallel after one shared LayerNorm
+    without a bias, SwiGLU, the logits times logit_scale, the head tied."""
+    from transformers import CohereConfig, CohereForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = CohereConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=SEQ_MAX, logit_scale=0.5, bos_token_id=0,
+                       eos_token_id=0, pad_token_id=0)
+    return perturb(CohereForCausalLM(cfg), seed)
+
+
+def hf_qwen3(seed: int = 0) -> torch.nn.Module:
+    """Qwen3: Llama's block with an RMSNorm on each head of q and k (refused: the chip has no head-wide norm)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX, tie_word_embeddings=True)
+    return perturb(Qwen3ForCausalLM(cfg), seed)
+
+
+def hf_gemma2(seed: int = 0) -> torch.nn.Module:
+    """Gemma 2: tanh soft-capping of the scores and the logits (refused), alternating local and global layers."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX, sliding_window=16,
+                       attn_logit_softcapping=50.0, final_logit_softcapping=30.0, bos_token_id=0, eos_token_id=0,
+                       pad_token_id=0)
+    return perturb(Gemma2ForCausalLM(cfg), seed)
+
+
+FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35 (dynamo exports)
+    "llama3-rope": lambda: hf_llama_rope(LLAMA3_ROPE),
+    "yarn-rope": lambda: hf_llama_rope(YARN_ROPE),
+    "gptj": hf_gptj,
+    "phi3": hf_phi3,
+    "granite": hf_granite,
+    "cohere": hf_cohere,
+    "qwen3": hf_qwen3,
+    "gemma2": hf_gemma2,
+}
