@@ -183,7 +183,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                   f"--target asic takes none of {', '.join(FPGA_ONLY_OPTIONS)}", file=sys.stderr)
             return 2
         try:
-            build_asic(args.build)
+            build_asic(args.build, library=args.library or "sky130hd")
         except RuntimeError as err:  # yosys failed: its message says why
             print(f"hardwire: error: {err}", file=sys.stderr)
             return 1
@@ -191,7 +191,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .boards.fpga import build_board
 
     if args.board is None:
-        print("hardwire: error: an FPGA build needs --board (ulx3s or icebreaker)", file=sys.stderr)
+        from .boards.parts import PARTS
+
+        print(f"hardwire: error: an FPGA build needs --board (one of {', '.join(PARTS)})", file=sys.stderr)
         return 2
     try:
         build_board(args.build, args.board, clock_mhz=args.clock_mhz, baud=args.baud or DEFAULT_BAUD)
@@ -284,6 +286,10 @@ def _token_count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # --board's choices are the parts table's boards (boards/parts.py); "-" reads as "_", ulx3s_85f as ulx3s
+    from .boards.parts import PARTS, board_name
+
+    boards = tuple(PARTS)
     parser = argparse.ArgumentParser(prog="hardwire", description="Compile a small language model into hardware "
                                      "with the weights baked in.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -307,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="output rows computed at once, each on its own weight bank (default: with --board and no "
                            "other shape option, auto; else 1); auto: the fastest shape (rows, lanes, attention rows, "
                            "softmax, epilogue and DSP rows) whose block RAM and multipliers fit --board")
-    comp.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
+    comp.add_argument("--board", type=board_name, choices=boards, default=None,
                       help="size the build for this board: the engine (unless a shape option is given) and the "
                            "scheme (unless --quant is); --rows auto alone sizes for ulx3s")
     comp.add_argument("--lanes", type=int, default=None, help="multiply-accumulates per row and cycle (default 8)")
@@ -347,19 +353,23 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("build", type=Path, help="build folder from `hardwire compile`")
     build.add_argument("--target", choices=("fpga", "asic"), default="fpga",
                        help="fpga (default): a bitstream for --board; asic: generic gates of a --weights logic build")
-    build.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None, help="the board (FPGA target)")
+    build.add_argument("--board", type=board_name, choices=boards, default=None, help="the board (FPGA target)")
     build.add_argument("--clock-mhz", type=_clock_mhz, default=None,
                        help="clock from a PLL in MHz (default: the board's oscillator, 25 MHz ULX3S, 12 MHz "
-                            "iCEBreaker), or auto: build at the oscillator, then once more with the PLL just below "
+                            "iCEBreaker; the Gowin boards run at theirs only), "
+                            "or auto: build at the oscillator, then once more with the PLL just below "
                             "the Fmax achieved when that is clearly faster")
     # None when not given: --target asic refuses board-only options instead of ignoring them
     build.add_argument("--baud", type=int, default=None, help=f"UART baud rate (FPGA target; default {DEFAULT_BAUD})")
+    build.add_argument("--library", default=None,
+                       help="standard-cell library of the ASIC target (default sky130hd: SkyWater SKY130 "
+                            "high-density cells, typical corner); see docs/asic.md")
     build.set_defaults(func=cmd_build)
 
     flash_p = sub.add_parser("flash", help="load a built bitstream onto the board with openFPGALoader",
                              description=cmd_flash.__doc__)
     flash_p.add_argument("build", type=Path, help="build folder holding board_<board>/ from `hardwire build`")
-    flash_p.add_argument("--board", choices=("ulx3s", "icebreaker"), required=True, help="the board")
+    flash_p.add_argument("--board", type=board_name, choices=boards, required=True, help="the board")
     flash_p.add_argument("--flash", action="store_true",
                          help="ULX3S: write the SPI flash so the design survives power-off (the iCEBreaker always is)")
     flash_p.set_defaults(func=cmd_flash)
@@ -396,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build 1 row x LANES lanes (default: the shape `hardwire compile --rows auto` picks for "
                            "the board)")
     demo.add_argument("--weights", choices=("rom", "logic"), default="rom")
-    demo.add_argument("--board", choices=("ulx3s", "icebreaker"), default=None,
+    demo.add_argument("--board", type=board_name, choices=boards, default=None,
                       help="also build this board's bitstream after the simulation (place and route: 15-35 minutes "
                            "for the bundled model; `make bitstream` runs --board ulx3s); default: size the chip for "
                            "the ULX3S-85F and stop after the simulation, with tokens/s at the clock of a recorded "

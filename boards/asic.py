@@ -1,44 +1,94 @@
-"""How big the decoder would be as a chip: generic gates and a transistor estimate.
+"""How big and how fast the decoder would be as a chip: a real standard-cell library, and weights as mask ROM.
 
-This is the vendor-neutral end of the flow, the HC1 idea measured: the `logic` storage
-design (weights as constant case tables, no ROM) synthesised by yosys to a two-input static
-CMOS gate set (NAND, NOR, NOT: `abc -g cmos2`) plus plain D flip-flops, with the writable
-memories (KV cache, LoRA SRAM, activation buffers) left as SRAM arrays and counted in bits.
-Transistors follow from a table per cell type (static CMOS, below). No placement, no wires,
-no SRAM periphery: a floor for the logic, not a signed-off die.
+`hardwire build DIR --target asic [--library L]` synthesises the build's Verilog with yosys to the cells of an open
+standard-cell library (flip-flops by `dfflibmap`, logic by ABC with the library's cells), sums their areas from the
+liberty file (`stat -liberty`), counts their transistors from the library's own SPICE netlists, and times the
+netlist with the liberty delays (boards/liberty.py: a static timing analysis with the NLDM tables, no wires).
+
+- `--weights logic`: the weights are constant case tables, synthesised to cells like the rest; the tables held as
+  ROMs become logic too (`memory_map -rom-only`).
+- `--weights rom`: in an ASIC a ROM is a mask ROM. Every read-only memory (weights and tables) stays a memory and is
+  modelled as a mask-ROM macro (boards/rom_macro.py: published bit-cell, macro and read-time figures of the node).
+
+Either way the writable memories (KV cache, LoRA, buffers) are SRAM macros, modelled the same way. The report
+(build_asic.json) gives logic area + ROM area + SRAM area, the clock the logic's critical path allows and the clock
+the macros allow, and the library, node and corner beside the figures. No placement, no wires, no power grid: a
+floor for the logic and a model for the memories, not a signed-off die.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..rtl.build import TOP_NAME
 from .fpga import run_tool, tool_command
+from .liberty import parse_library, read_text, static_timing
+from .rom_macro import TECHS, macro
 
-# Transistors per cell in static CMOS. Two-input NAND/NOR: 2 series + 2 parallel devices; an
-# inverter: 1 pair; AND/OR: NAND/NOR plus an inverter; XOR/XNOR and MUX2: the usual 12-device
-# static forms; AOI/OAI: two devices per input; a positive-edge D flip-flop: master-slave
-# latches with transmission gates and the local clock inverter (24); an SRAM bit: the 6T cell.
-TRANSISTORS: dict[str, int] = {
-    "$_NOT_": 2, "$_BUF_": 4, "$_NAND_": 4, "$_NOR_": 4, "$_AND_": 6, "$_OR_": 6, "$_ANDNOT_": 6, "$_ORNOT_": 6,
-    "$_XOR_": 12, "$_XNOR_": 12, "$_MUX_": 12, "$_NMUX_": 10, "$_AOI3_": 6, "$_OAI3_": 6, "$_AOI4_": 8,
-    "$_OAI4_": 8, "$_DFF_P_": 24,
+LIB_DIR = Path(__file__).parent / "asic_lib"
+
+
+@dataclass(frozen=True)
+class CellLibrary:
+    """An open standard-cell library: its liberty file (one corner), where it comes from, and its node."""
+
+    key: str
+    liberty: Path
+    name: str
+    node: str
+    corner: str
+    licence: str
+    source: str
+    transistors: Path | None  # cell -> transistors, from the library's SPICE netlists
+    memory_tech: str
+    dont_use: tuple[str, ...]
+
+
+LIBRARIES: dict[str, CellLibrary] = {
+    "sky130hd": CellLibrary(
+        key="sky130hd",
+        liberty=LIB_DIR / "sky130_fd_sc_hd__tt_025C_1v80.lib.gz",
+        name="sky130_fd_sc_hd (SkyWater SKY130 high-density standard cells)",
+        node="SkyWater SKY130, 130 nm",
+        corner="tt_025C_1v80 (typical process, 25 C, 1.80 V)",
+        licence="Apache-2.0 (boards/asic_lib/LICENSE-sky130_fd_sc_hd)",
+        source="google/skywater-pdk-libs-sky130_fd_sc_hd timing/sky130_fd_sc_hd__tt_025C_1v80.lib, as copied "
+               "gzip'd into The-OpenROAD-Project/OpenSTA examples/sky130hd_tt.lib.gz (commit d1b2b39)",
+        transistors=LIB_DIR / "sky130_fd_sc_hd_transistors.json",
+        memory_tech="sky130",
+        # not for synthesis: low-power/isolation/level-shifter cells, probes, delay cells, clock-tree cells
+        dont_use=("*lpflow*", "*probe*", "*dly*", "*clkbuf*", "*clkinv*", "*macro_sparecell*"),
+    ),
 }
-SRAM_BIT_TRANSISTORS = 6
+DEFAULT_LIBRARY = "sky130hd"
 
-# After synthesis to coarse cells: ROMs (tables with init) become logic, RAMs stay memories (SRAM
-# arrays, counted from a scratch copy holding only them), every flip-flop becomes a plain $_DFF_P_
-# with its enable and reset as gates, and ABC maps all logic to NAND/NOR/NOT with an area-oriented
-# script (structural hashing, dc2 rewriting, `map -a`): abc's default delay-driven script takes
-# 25 times longer here and gives about 15% more gates.
-SCRIPT = f"""
+
+def library_spec(key: str) -> CellLibrary:
+    if key not in LIBRARIES:
+        raise ValueError(f"unknown --library {key!r}: the ASIC target knows {', '.join(sorted(LIBRARIES))}")
+    return LIBRARIES[key]
+
+
+ABC_SCRIPT = "strash; dc2; map -a; topo; buffer -p; upsize; dnsize\n"
+
+
+def _script(lib: CellLibrary, storage: str) -> str:
+    dont_use = " ".join(f"-dont_use {pattern}" for pattern in lib.dont_use)
+    # logic storage: ROM tables become logic; rom storage: every memory of the design stays, its ROMs as mask-ROM
+    # macros, and only the ROMs yosys itself made of case statements (proc_rom) become logic.
+    # ABC: area-oriented mapping to the library's cells (structural hashing, dc2, `map -a`), then buffering and
+    # gate sizing against the liberty delays (buffer, upsize, dnsize); abc's default delay-driven liberty script
+    # takes several times longer here.
+    return f"""
 read_verilog decoder.v
 synth -flatten -top {TOP_NAME} -run begin:fine
 opt -fast -full
-memory_map -rom-only
+{"memory_map -rom-only" if storage == "logic" else "memory_map -rom-only c:*proc_rom*"}
 opt -full
 design -save main
 delete t:* t:$mem_v2 %d
@@ -46,74 +96,154 @@ write_json asic_memories.json
 design -load main
 techmap
 opt -fast
-dfflegalize -cell $_DFF_P_ 01
-abc -g cmos2 -script +strash;dc2;map,-a
+dfflibmap -liberty cells.lib {dont_use}
+abc -liberty cells.lib {dont_use} -script asic.abc
 opt_clean -purge
-tee -q -o asic_stat.json stat -json
-tee -q -o asic_stat_cmos.json stat -json -tech cmos
+tee -q -o asic_stat.json stat -json -liberty cells.lib
+write_json asic_netlist.json
 """
 
 
-def build_asic(folder: Path, *, progress: bool = True) -> dict:
-    """Gate count by type and a transistor estimate for a `logic`-storage build; writes folder/build_asic.json."""
+def build_asic(folder: Path, *, library: str = DEFAULT_LIBRARY, progress: bool = True) -> dict:
+    """Cell area, cells by kind, flip-flops, the critical path, transistors and the memory macros of a build, on
+    one standard-cell library; writes folder/build_asic.json."""
+    lib = library_spec(library)
     report_path = folder / "report.json"
     if not report_path.exists() or not (folder / "decoder.v").exists():
         raise FileNotFoundError(f"{folder} is not a build folder (no decoder.v or report.json); make one with "
-                                f"`hardwire compile MODEL.onnx --weights logic -o {folder}`")
+                                f"`hardwire compile MODEL.onnx --weights logic|rom -o {folder}`")
     report = json.loads(report_path.read_text())
-    if report["storage"] != "logic":
-        raise ValueError(f"{folder} holds its weights in ROM (--weights {report['storage']}), which an ASIC flow "
-                         f"would need a memory compiler for; the ASIC estimate is for weights as gates: compile with "
-                         f"`hardwire compile MODEL.onnx --weights logic -o DIR` and run `hardwire build DIR --target asic`")
+    storage = report["storage"]
+    if storage not in ("logic", "rom"):
+        raise ValueError(f"{folder} stores its weights as {storage!r}; the ASIC target takes --weights logic "
+                         f"(constant logic) or --weights rom (mask ROM)")
     start = time.time()
     work = folder / "asic"
     shutil.rmtree(work, ignore_errors=True)  # nothing of an earlier run may be read as this one's
     work.mkdir()
     (work / "decoder.v").write_bytes((folder / "decoder.v").read_bytes())
-    (work / "asic.ys").write_text(SCRIPT)
+    (work / "cells.lib").write_bytes(gzip.decompress(lib.liberty.read_bytes()))  # yowasp's yosys has no zlib
+    (work / "asic.ys").write_text(_script(lib, storage))
+    (work / "asic.abc").write_text(ABC_SCRIPT)
     if progress:
-        print(f"synthesising {folder / 'decoder.v'} to NAND/NOR/NOT gates and flip-flops (yosys + abc) ...", flush=True)
+        print(f"synthesising {folder / 'decoder.v'} to {lib.key} cells ({lib.node}, {lib.corner}) ...", flush=True)
     run_tool([tool_command("yosys"), "-q", "-l", "asic.log", "asic.ys"], work, work / "asic.log", "yosys", progress)
-    cells = json.loads((work / "asic_stat.json").read_text())["design"]["num_cells_by_type"]
-    cells = {name: int(count) for name, count in cells.items() if name != "$scopeinfo"}
-    sram = _memory_bits(work / "asic_memories.json")
-    cells.pop("$mem_v2", None)
-    unknown = sorted(set(cells) - set(TRANSISTORS))
-    if unknown:
-        raise RuntimeError(f"synthesis left cell types with no transistor figure: {', '.join(unknown)}")
-    logic = sum(count * TRANSISTORS[name] for name, count in cells.items())
-    # yosys's own static-CMOS count (stat -tech cmos, flip-flops at 16), for comparison; memories not included
-    yosys_cmos = json.loads((work / "asic_stat_cmos.json").read_text())["design"].get("estimated_num_transistors")
+    stat = json.loads((work / "asic_stat.json").read_text())["design"]
+    cells = {name: int(count) for name, count in stat["num_cells_by_type"].items()
+             if name not in ("$scopeinfo", "$mem_v2")}
+    text = read_text(lib.liberty)
+    cell_lib = parse_library(text, set(cells))
+    generic = sorted(name for name in cells if name not in cell_lib.cells)
+    if generic:
+        raise RuntimeError(f"synthesis left cells that are not in {lib.key}: {', '.join(generic)}")
+    areas = {name: cell_lib.cells[name].area for name in cells}
+    logic_area = sum(count * areas[name] for name, count in cells.items())
+    flops = sum(count for name, count in cells.items() if cell_lib.cells[name].sequential)
+    per_cell = json.loads(lib.transistors.read_text())["transistors"] if lib.transistors else {}
+    logic_transistors = sum(count * per_cell[name] for name, count in cells.items())
+    netlist = json.loads((work / "asic_netlist.json").read_text())["modules"][TOP_NAME]
+    timing = static_timing(netlist, cell_lib)
+    tech = TECHS[lib.memory_tech]
+    memories = _memories(work / "asic_memories.json", tech)
+    rom = [m for m in memories if m["kind"] == "rom"]
+    sram = [m for m in memories if m["kind"] == "sram"]
+    weight_rom = [m for m in rom if m["weights"]]
+    rom_area = sum(m["area_um2"] for m in rom)
+    sram_area = sum(m["area_um2"] for m in sram)
+    rom_transistors = sum(m["transistors"] for m in rom)
+    sram_transistors = sum(m["transistors"] for m in sram)
+    total_area = logic_area + rom_area + sram_area
+    total_transistors = logic_transistors + rom_transistors + sram_transistors
+    limits = {"logic": timing["max_clock_mhz"]}
+    if rom:
+        limits["rom_read"] = tech.cycle_mhz
+    if sram:
+        limits["sram"] = tech.cycle_mhz
+    limits = {k: v for k, v in limits.items() if v}
+    limited_by = min(limits, key=limits.get) if limits else None
+    params = report["params"]
     result = {
-        "top": TOP_NAME, "cells": dict(sorted(cells.items())), "cell_count": sum(cells.values()),
-        "flip_flops": cells.get("$_DFF_P_", 0), "transistors_per_cell": {k: TRANSISTORS[k] for k in sorted(cells)},
-        "logic_transistors": logic, "sram_bits": sram, "sram_transistors": sram * SRAM_BIT_TRANSISTORS,
-        "transistors": logic + sram * SRAM_BIT_TRANSISTORS, "params": report["params"],
-        "transistors_per_weight": round((logic + sram * SRAM_BIT_TRANSISTORS) / report["params"], 1),
-        "yosys_cmos_logic_transistors": int(str(yosys_cmos).rstrip("+")) if yosys_cmos is not None else None,
+        "top": TOP_NAME, "storage": storage,
+        "library": lib.key, "library_name": cell_lib.name, "node": lib.node, "corner": lib.corner,
+        "library_source": lib.source, "library_licence": lib.licence,
+        "cells": dict(sorted(cells.items())), "cell_count": sum(cells.values()), "flip_flops": flops,
+        "cell_area_um2": {name: areas[name] for name in sorted(cells)},
+        "logic_area_um2": round(logic_area, 3),
+        "yosys_logic_area_um2": round(float(stat.get("area", 0.0)), 3),
+        "transistors_per_cell": {name: per_cell[name] for name in sorted(cells)},
+        "logic_transistors": logic_transistors,
+        "rom": rom, "rom_bits": sum(m["bits"] * m["copies"] for m in rom), "rom_area_um2": round(rom_area, 3),
+        "rom_transistors": rom_transistors,
+        # the weights' own macros (the weight banks and the embedding table), apart from the other tables
+        "weight_rom_bits": sum(m["bits"] * m["copies"] for m in weight_rom),
+        "weight_rom_area_um2": round(sum(m["area_um2"] for m in weight_rom), 3),
+        "weight_rom_transistors": sum(m["transistors"] for m in weight_rom),
+        "weight_rom_transistors_per_parameter": (round(sum(m["transistors"] for m in weight_rom) / params, 2)
+                                                 if weight_rom else None),
+        "sram": sram, "sram_bits": sum(m["bits"] * m["copies"] for m in sram), "sram_area_um2": round(sram_area, 3),
+        "sram_transistors": sram_transistors,
+        "area_um2": round(total_area, 3), "area_mm2": round(total_area / 1e6, 6),
+        "transistors": total_transistors, "params": params,
+        "transistors_per_parameter": round(total_transistors / params, 1),
+        "area_um2_per_parameter": round(total_area / params, 2),
+        "critical_path_ns": timing["critical_path_ns"], "critical_path_endpoint": timing["endpoint"],
+        "critical_path_depth": timing["path_depth"], "critical_path_cells": timing["path_cells"],
+        "logic_max_clock_mhz": timing["max_clock_mhz"],
+        "clock_limits_mhz": limits, "clock_mhz": limits.get(limited_by) if limited_by else None,
+        "clock_limited_by": limited_by,
+        "memory_model": {"node": tech.node, "rom_bit_um2": tech.rom_bit_um2, "sram_bit_um2": tech.sram_bit_um2,
+                         "array_efficiency": tech.array_efficiency, "read_ns": tech.read_ns,
+                         "cycle_mhz": tech.cycle_mhz, "sources": tech.sources},
         "seconds": round(time.time() - start, 1),
-        "method": "yosys synth, abc -g cmos2 (static CMOS NAND2/NOR2/NOT, map -a), $_DFF_P_ flip-flops, RAMs as 6T SRAM bits",
+        "method": (f"yosys synth, dfflibmap + abc -liberty ({lib.key}: strash; dc2; map -a; buffer; upsize; "
+                   f"dnsize), cell areas from the liberty, transistors from the library's SPICE netlists, static "
+                   f"timing with the liberty's NLDM tables (no wires, ideal clock); ROM and SRAM as modelled macros "
+                   f"(boards/rom_macro.py)"),
     }
     (folder / "build_asic.json").write_text(json.dumps(result, indent=1) + "\n")
     if progress:
-        print("cell type      count   transistors")
-        for name, count in result["cells"].items():
-            print(f"{name:<12}{count:>9,}{count * TRANSISTORS[name]:>14,}")
-        print(f"SRAM bits   {sram:>9,}{sram * SRAM_BIT_TRANSISTORS:>14,}")
-        print(f"total: {result['cell_count']:,} cells, {result['transistors']:,} transistors "
-              f"({result['transistors_per_weight']} per weight) in {result['seconds']:.0f} s; "
-              f"wrote {folder / 'build_asic.json'}")
+        _print(result)
     return result
 
 
-def _memory_bits(path: Path) -> int:
-    """Bits of the RAMs yosys kept as memories: SIZE x WIDTH of each $mem_v2 cell."""
+def _print(result: dict) -> None:
+    print(f"library {result['library']}: {result['node']}, corner {result['corner']}")
+    print("cell                                   count      area um2   transistors")
+    for name, count in result["cells"].items():
+        print(f"{name:<36}{count:>9,}{count * result['cell_area_um2'][name]:>14,.1f}"
+              f"{count * result['transistors_per_cell'][name]:>14,}")
+    print(f"logic: {result['cell_count']:,} cells ({result['flip_flops']:,} flip-flops), "
+          f"{result['logic_area_um2']:,.0f} um2, {result['logic_transistors']:,} transistors")
+    print(f"mask ROM (modelled): {result['rom_bits']:,} bits, {result['rom_area_um2']:,.0f} um2, "
+          f"{result['rom_transistors']:,} transistors")
+    print(f"SRAM (modelled): {result['sram_bits']:,} bits, {result['sram_area_um2']:,.0f} um2, "
+          f"{result['sram_transistors']:,} transistors")
+    print(f"total: {result['area_mm2']:.4f} mm2, {result['transistors']:,} transistors "
+          f"({result['transistors_per_parameter']} a parameter, {result['area_um2_per_parameter']} um2 a parameter)")
+    print(f"critical path {result['critical_path_ns']} ns over {result['critical_path_depth']} cells "
+          f"(logic up to {result['logic_max_clock_mhz']} MHz); clock {result['clock_mhz']} MHz, limited by "
+          f"{result['clock_limited_by']} [{result['library']}, {result['corner']}]; {result['seconds']:.0f} s")
+
+
+def _memories(path: Path, tech) -> list[dict]:
+    """The memories yosys kept, as macros: read-only ones as mask ROM, writable ones as SRAM, one copy a read port."""
     if not path.exists():
-        return 0
-    total = 0
+        return []
+    out = []
     for module in json.loads(path.read_text()).get("modules", {}).values():
-        for cell in module.get("cells", {}).values():
-            if cell["type"] == "$mem_v2":
-                params = cell["parameters"]
-                total += int(params["SIZE"], 2) * int(params["WIDTH"], 2)
-    return total
+        for name, cell in sorted(module.get("cells", {}).items()):
+            if cell["type"] != "$mem_v2":
+                continue
+            params = cell["parameters"]
+            depth, width = int(params["SIZE"], 2), int(params["WIDTH"], 2)
+            read_ports, write_ports = int(params["RD_PORTS"], 2), int(params["WR_PORTS"], 2)
+            kind = "rom" if write_ports == 0 else "sram"
+            # a mask ROM is single-ported: a copy for every read port; an SRAM with one write and one read port is
+            # one dual-port macro, with more read ports one copy each
+            copies = max(read_ports, 1)
+            entry = macro(kind, depth, width, tech, copies=copies)
+            entry["name"] = str(params.get("MEMID", name)).lstrip("\\")
+            # the decoder's weight banks are weights<layer>.bank<k>.mem, the embedding table embed.mem (rtl/)
+            entry["weights"] = kind == "rom" and (entry["name"].startswith("weights") or entry["name"] == "embed.mem")
+            out.append(entry)
+    return out

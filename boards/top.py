@@ -1,7 +1,8 @@
 """BoardTop: H1's BoardCore on a real board: UART pins, LEDs, and the clock.
 
 This is the one file where vendor primitives appear (EHXPLLL on the ECP5, SB_PLL40_PAD on
-the iCE40): everything below it is vendor-neutral. Without --clock-mhz the design runs from
+the iCE40; the Gowin boards run at their oscillator, without a PLL): everything below it is
+vendor-neutral. Without --clock-mhz the design runs from
 the board's oscillator through the platform's own clock domain (which also holds reset while
 the FPGA starts). With a different frequency a PLL makes it, and the design is held in reset
 until the PLL locks and, on the iCE40, 15 µs more (its block RAMs read as zero for about 3 µs
@@ -104,13 +105,13 @@ def ice40_pll(f_in: float, f_out: float) -> Ice40Pll:
 
 
 def _platform(board: Part) -> object:
-    if board.board == "ulx3s":
-        from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    """The board's platform (Part.platform: "module:Class", amaranth-boards' or boards/gowin.py's)."""
+    import importlib
 
-        return ULX3S_85F_Platform()
-    from amaranth_boards.icebreaker import ICEBreakerPlatform
-
-    return ICEBreakerPlatform()
+    if not board.platform:
+        raise ValueError(f"the {board.title} has no platform here: {board.no_build or 'no pins are known'}")
+    module, name = board.platform.split(":")
+    return getattr(importlib.import_module(module), name)()
 
 
 class BoardTop(Elaboratable):
@@ -125,6 +126,9 @@ class BoardTop(Elaboratable):
             if clock_mhz is not None and not clock_mhz > 0:
                 raise ValueError(f"clock_mhz must be positive, got {clock_mhz!r}")
             if clock_mhz is not None and abs(clock_mhz - self.part.clock_mhz) > 1e-9:
+                if self.part.family == "gowin":
+                    raise ValueError(f"the {self.part.title} runs at its {self.part.clock_mhz:g} MHz oscillator: "
+                                     f"hardwire does not set up the Gowin PLL yet (leave out --clock-mhz)")
                 make = ecp5_pll if self.part.family == "ecp5" else ice40_pll
                 self.pll = make(self.part.clock_mhz, clock_mhz)
             self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
@@ -148,13 +152,20 @@ class BoardTop(Elaboratable):
         m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
         m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
         m.d.comb += [core.rx.eq(rx.i), tx.o.eq(core.tx)]
-        if self.part.board == "ulx3s":  # eight LEDs: the first four show heartbeat, busy, token, error
-            leds = [("led", i, core.leds[i]) for i in range(4)]
-        else:  # two LEDs on the board itself: green for heartbeat and tokens, red for busy and errors
-            leds = [("led_g", 0, core.leds[LED_HEARTBEAT] | core.leds[LED_TOKEN]),
-                    ("led_r", 0, core.leds[LED_ERROR] | core.leds[LED_BUSY])]
-        for name, number, value in leds:
-            m.submodules[f"{name}{number}"] = led = io.Buffer("o", platform.request(name, number, dir="-"))
+        # Part.leds: four or more LEDs (ULX3S, Tang Nano 20K, Tang Mega 138K): the first four show heartbeat, busy,
+        # token, error; two: the first (the iCEBreaker's green) heartbeat and tokens, the second (red) busy and errors
+        green, red = core.leds[LED_HEARTBEAT] | core.leds[LED_TOKEN], core.leds[LED_ERROR] | core.leds[LED_BUSY]
+        leds = {"four": [("led", i, None, core.leds[i]) for i in range(4)],
+                "pair": [("led", 0, None, green), ("led", 1, None, red)],
+                "green_red": [("led_g", 0, None, green), ("led_r", 0, None, red)],
+                "rgb": [("rgb_led", 0, "g", green), ("rgb_led", 0, "r", red)],  # the OrangeCrab's RGB LED
+                "none": []}[self.part.leds]  # the Colorlight 5A-75B's one LED is its UART's tx pin
+        requested = {}
+        for name, number, sub, value in leds:
+            if (name, number) not in requested:
+                requested[name, number] = platform.request(name, number, dir="-")
+            pins = requested[name, number] if sub is None else getattr(requested[name, number], sub)
+            m.submodules[f"{name}{number}{sub or ''}"] = led = io.Buffer("o", pins)
             m.d.comb += led.o.eq(value)
         return m
 

@@ -12,12 +12,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..boards.parts import part
+from ..boards.parts import PARTS, part
 
-# openFPGALoader's board names: the ULX3S's FT231X JTAG bit-bang; the iCEBreaker's FT2232H on the
-# SPI flash with the pinout most iCE40 boards share (openFPGALoader's docs, "Lattice notes")
-LOADER_BOARD = {"ulx3s": "ulx3s", "icebreaker": "ice40_generic"}
-BITSTREAM = {"ulx3s": "top.bit", "icebreaker": "top.bin"}
+# openFPGALoader's board names are Part.loader_board (boards/parts.py): the ULX3S's FT231X JTAG bit-bang (every size);
+# the iCEBreaker's FT2232H on the SPI flash with the pinout most iCE40 boards share (openFPGALoader's docs, "Lattice
+# notes"); the Colorlight 5A-75B through a JTAG cable on J27 (-b colorlight); the OrangeCrab's DFU bootloader
+# (-b orangecrab: hold its button while plugging it in); the Tang boards' BL616 or FT2232 debuggers (-b tangnano20k,
+# tangprimer25k, tangconsole, tangmega138k: openFPGALoader 1.1's names; amaranth-boards' Tang Mega 138K Pro platform
+# uses tangmega138k). The bitstream is the packer's (Part.bitstream): top.bit, top.bin or top.fs.
+LOADER_BOARD = {name: target.loader_board for name, target in PARTS.items()}
+BITSTREAM = {name: target.bitstream for name, target in PARTS.items()}
+# boards whose bitstream always goes to the SPI flash: the iCEBreaker (its FT2232H reaches only the flash) and the
+# OrangeCrab (its DFU bootloader writes the flash); the others load into SRAM unless --flash is given
+ALWAYS_FLASH = ("icebreaker", "orangecrab_25f", "orangecrab_85f")
+PORT = {"ulx3s": "the US1 port", "orangecrab_25f": "its USB-C port, with the button held",
+        "orangecrab_85f": "its USB-C port, with the button held", "colorlight_5a75b": "a JTAG cable on J27"}
 INSTALL = ("openFPGALoader is not installed: on Debian or Ubuntu `sudo apt-get install openfpgaloader`, elsewhere see "
            "https://github.com/trabucayre/openFPGALoader (or set OPENFPGALOADER to the program's path)")
 
@@ -43,7 +52,8 @@ def loader() -> str:
 def bitstream_path(folder: Path, board: str) -> Path:
     """Where `hardwire build` leaves the board's bitstream; FileNotFoundError naming the command when it is missing."""
     target = part(board)
-    path = folder / f"board_{board}" / BITSTREAM[board]
+    board = target.board
+    path = folder / f"board_{board}" / target.bitstream
     if not path.is_file() or path.stat().st_size == 0:
         raise FileNotFoundError(f"{folder} has no bitstream for the {target.title} ({path} is missing); build it with "
                                 f"`hardwire build {folder} --board {board}`")
@@ -53,11 +63,12 @@ def bitstream_path(folder: Path, board: str) -> Path:
 def flash(folder: Path, board: str, *, write_flash: bool = False, progress: bool = True) -> Path:
     """Load folder's bitstream for `board`: into the FPGA's SRAM (ULX3S, unless write_flash) or its SPI flash."""
     target = part(board)
+    board = target.board
     bit = bitstream_path(folder, board)
     program = loader()
-    argv = [program, "-b", LOADER_BOARD[board]]
-    if write_flash and board == "ulx3s":
-        argv.append("-f")  # the iCEBreaker is always written through its SPI flash
+    argv = [program, "-b", target.loader_board]
+    if write_flash and board not in ALWAYS_FLASH:
+        argv.append("-f")  # the iCEBreaker and the OrangeCrab are always written to their SPI flash
     argv.append(str(bit))
     if progress:
         print(" ".join(argv), flush=True)
@@ -65,10 +76,11 @@ def flash(folder: Path, board: str, *, write_flash: bool = False, progress: bool
     if proc.returncode != 0:
         raise FlashError(f"openFPGALoader could not load the {target.title} (exit {proc.returncode}): "
                          f"{_summary(proc.stdout + proc.stderr)}. Is the board plugged in over USB "
-                         f"({'the US1 port' if board == 'ulx3s' else 'its USB port'}), and may this user open it "
+                         f"({PORT.get(board, 'the US1 port' if board.startswith('ulx3s') else 'its USB port')}), "
+                         f"and may this user open it "
                          f"(udev rules, the plugdev or dialout group)?")
     if progress:
-        where = "SPI flash" if write_flash or board == "icebreaker" else "SRAM (lost at power-off; --flash keeps it)"
+        where = "SPI flash" if write_flash or board in ALWAYS_FLASH else "SRAM (lost at power-off; --flash keeps it)"
         print(f"loaded {bit} into the {target.title}'s {where}")
     return bit
 

@@ -41,6 +41,8 @@ from hardwire.sim.tools import verilator_missing
 # Started first in a parallel run, longest first: a test id prefix or an xdist group name, in the order of their
 # seconds alone on this 2-core machine (2026-12-07, in brackets). Everything else follows in the usual order.
 LONG_FIRST = (
+    "gowin_build",  # group: the Tang Nano 20K's place and route of the tiny model (508 s, and 1,271 s when this
+    #                 machine's load was 8; nextpnr-himbaechel is most of it; 2026-12-07)
     "ulx3s_build",  # group: the place-and-route run and its two tests (160)
     "bundled_int8",  # group: the bundled model quantised, its golden tokens, its quality floor and KL ceiling, its
     #                  simulation (95)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hardwire.host.flash import INSTALL, FlashError, bitstream_path, flash
 from hardwire.cli import main
+from hardwire.host.flash import INSTALL, FlashError, bitstream_path, flash
 
 
 def _fake_loader(tmp_path: Path, *, code: int, output: str) -> Path:

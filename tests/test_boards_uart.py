@@ -196,8 +196,8 @@ def test_board_verilog_lints(tmp_path):
 def test_board_core_leds():
     """BoardCore in Amaranth's simulator through its pins: heartbeat period, busy while decoding,
     token and error LEDs stretched to LED_STRETCH_S (here 40 cycles at an 800 Hz clock)."""
-    from hardwire.host import protocol
     from hardwire.boards.core import LED_BUSY, LED_ERROR, LED_HEARTBEAT, LED_TOKEN, BoardCore
+    from hardwire.host import protocol
 
     core = BoardCore(_board_qm(), lanes=8, storage="rom", clk_hz=800, baud=100)
     assert core.divisor == 8 and core.timeout == 32 * 10 * 8
