@@ -24,9 +24,9 @@ import json
 import os
 import select
 import struct
+import termios
 import threading
 import time
-import tty
 from collections import deque
 from pathlib import Path
 
@@ -237,13 +237,26 @@ def load_build(build: Path) -> tuple[QModel, HardwarePlan]:
     return QModel.load(build), plan_from_report(json.loads((build / "report.json").read_text()))
 
 
+def raw_mode(fd: int) -> None:
+    """Put a terminal in raw mode, as the standard library's tty.setraw does (termios directly: in a long test
+    run the `tty` module was once found without its setraw, 2026-12-07)."""
+    mode = termios.tcgetattr(fd)
+    mode[0] &= ~(termios.BRKINT | termios.ICRNL | termios.INPCK | termios.ISTRIP | termios.IXON)
+    mode[1] &= ~termios.OPOST
+    mode[2] &= ~(termios.CSIZE | termios.PARENB)
+    mode[2] |= termios.CS8
+    mode[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN | termios.ISIG)
+    mode[6][termios.VMIN], mode[6][termios.VTIME] = 1, 0
+    termios.tcsetattr(fd, termios.TCSAFLUSH, mode)
+
+
 class PtyEmulator:
     """An EmulatedDevice behind a pseudo-terminal, served from a thread: open `port` like a board's UART."""
 
     def __init__(self, device: EmulatedDevice) -> None:
         self.device = device
         self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)  # bytes pass unchanged: no echo, no line discipline
+        raw_mode(self._slave)  # bytes pass unchanged: no echo, no line discipline
         os.set_blocking(self._master, False)
         self.port = os.ttyname(self._slave)
         self._stop_r, self._stop_w = os.pipe()

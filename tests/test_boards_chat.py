@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import struct
 import time
-import tty
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from random_ir import random_adapters, random_ir
 from hardwire.cli import main
 from hardwire.host import protocol
 from hardwire.host.client import DeviceClient, DeviceError, DeviceTimeout, FdTransport
-from hardwire.host.emulator import EmulatedDevice, PtyEmulator
+from hardwire.host.emulator import EmulatedDevice, PtyEmulator, raw_mode
 from hardwire.host.protocol import Error, Flag, Hello, Op, Reply
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
@@ -333,7 +332,7 @@ def test_lora_addresses_wrap_and_padding_is_ignored(qm, link):
 
 def test_silent_device_raises_a_timeout_naming_port_and_reply():
     master, slave = os.openpty()
-    tty.setraw(slave)
+    raw_mode(slave)
     port = os.ttyname(slave)
     try:
         client = DeviceClient(FdTransport(slave, port), timeout=0.2)
