@@ -96,8 +96,6 @@ class Decoder(wiring.Component):
         self.qm, self.rows, self.lanes, self.storage = qm, rows, lanes, storage
         self.plan = HardwarePlan(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
                                  softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
-        # attention runs `rows` positions (scores) or channels (weighted sum) at once when the head width allows
-        self.attn_rows = self.plan.attn_rows(qm.config.head_dim)
         cfg = qm.config
         self.token_bits = max(1, (cfg.vocab_size - 1).bit_length())
         super().__init__({
@@ -107,11 +105,6 @@ class Decoder(wiring.Component):
             "lora": In(stream.Signature(data.StructLayout({"addr": unsigned(lora_addr_bits(qm)),
                                                            "data": unsigned(16)}))),
         })
-
-    # -- static facts of the schedule -----------------------------------------------------
-
-    def chunks(self, n: int) -> int:
-        return -(-n // self.lanes)
 
     def elaborate(self, platform: object) -> Elaboratable:
         """The stages in order, each a function of the records it reads; the records that flow backwards (the

@@ -47,22 +47,23 @@ def areas() -> dict[str, float]:
     return _liberty_areas()
 
 
-@pytest.fixture(scope="module")
-def logic_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    folder = _build(tmp_path_factory.mktemp("asic") / "logic", "logic")
+def _timed_asic_build(tmp_path_factory: pytest.TempPathFactory, storage: str) -> tuple[Path, dict]:
+    """The tiny model compiled with `storage` weights and synthesised to sky130hd, with its time printed."""
+    folder = _build(tmp_path_factory.mktemp("asic") / storage, storage)
     start = time.time()
     result = build_asic(folder, progress=True)
-    print(f"\n[timing] sky130hd synthesis of the tiny logic-storage model: {time.time() - start:.0f} s")
+    print(f"\n[timing] sky130hd synthesis of the tiny {storage}-storage model: {time.time() - start:.0f} s")
     return folder, result
+
+
+@pytest.fixture(scope="module")
+def logic_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    return _timed_asic_build(tmp_path_factory, "logic")
 
 
 @pytest.fixture(scope="module")
 def rom_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    folder = _build(tmp_path_factory.mktemp("asic") / "rom", "rom")
-    start = time.time()
-    result = build_asic(folder, progress=True)
-    print(f"\n[timing] sky130hd synthesis of the tiny rom-storage model: {time.time() - start:.0f} s")
-    return folder, result
+    return _timed_asic_build(tmp_path_factory, "rom")
 
 
 @pytest.mark.xdist_group("asic_logic")
