@@ -269,6 +269,13 @@ def row_code_bits(qm: QModel, plan: HardwarePlan, row: int) -> int:
     return max(5 if scheme == "mxfp4" else bits for scheme, bits in weight_formats(qm))
 
 
+def row_input_bits(qm: QModel, plan: HardwarePlan) -> int:
+    """Code bits that converge on the row units each cycle (each row's lanes at its widest code): the measure of an
+    engine's wiring that separates the shapes measured to route from the one that did not (boards/parts.py,
+    `Part.routable_input_bits`)."""
+    return sum(plan.lanes * row_code_bits(qm, plan, row) for row in range(plan.rows))
+
+
 def word_bits(plan: HardwarePlan, code_bits: int, scheme: str) -> int:
     """A stored weight word: `lanes` codes, plus the block shift of an MXFP4 or int_group word (rtl/weight_store.py)."""
     return plan.lanes * code_bits + SHIFT_FIELD_BITS[scheme]

@@ -116,6 +116,27 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
     assert "expected a power of two or 'auto', got 'three'" in capsys.readouterr().err
 
 
+def test_rows_auto_keeps_within_the_routable_wiring(exported, tmp_path):
+    """--rows auto never picks an engine with more code bits into its row units than the part's measured routable
+    limit; the limit bites (without it the same part gets a wider engine), and the 85F's routed build sits at it."""
+    from dataclasses import replace
+
+    from hardwire.boards.parts import ULX3S_85F, choose_plan
+    from hardwire.quant.qmodel import QModel
+    from hardwire.rtl.plan import HardwarePlan, row_input_bits
+
+    _, path = exported("example-dynamo")
+    assert main(["compile", str(path), "--quant", "int8", "-o", str(tmp_path / "b")]) == 0
+    qm = QModel.load(tmp_path / "b")
+    unlimited = replace(ULX3S_85F, routable_macs=None, routable_input_bits=None)
+    wide, _, _ = choose_plan(qm, unlimited, "rom")
+    limit = row_input_bits(qm, wide) // 2
+    plan, _, _ = choose_plan(qm, replace(unlimited, routable_input_bits=limit), "rom")
+    assert row_input_bits(qm, plan) <= limit < row_input_bits(qm, wide)
+    routed = HardwarePlan(rows=4, lanes=32, attention_rows=1, dsp_rows=3)  # the int4 build routed on 2026-12-07
+    assert sum(routed.lanes * bits for bits in (8, 4, 4, 4)) == ULX3S_85F.routable_input_bits
+
+
 # a ULX3S-85F cut to 20 DP16KD: the example model's int8 fits no shape --rows auto tries (22 blocks at 1 row x 2
 # lanes), its int4 does (18 at 1 x 2)
 SMALL_BRAM_BLOCKS = 20
