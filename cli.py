@@ -79,6 +79,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Import, quantise and generate Verilog into a build folder, with a report. A board named without a shape
     sizes the engine for it (as --rows auto), and without --quant picks the scheme of best measured quality that
     fits it."""
+    import dataclasses
+
+    from .quant.qmodel import LoraSpec
     from .quant.quantize import quantize
     from .rtl.build import compile_to
     from .rtl.plan import HardwarePlan
@@ -102,7 +105,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         choice, sized = size_for_board(
             lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, progress=True), board,
             scheme=args.quant if args.board is not None else args.quant or "int8", plan=given, storage=args.weights,
-            progress=lambda line: print(line, flush=True))
+            boards=args.boards, progress=lambda line: print(line, flush=True))
         qm = choice.qm
         if choice.chosen:
             print(choice.summary() + " (--board given without --quant)")
@@ -110,8 +113,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(sized.summary() + (f" (--board {args.board} given without a shape: the --rows auto shape)"
                                  if implicit else ""))
         shape = {name: getattr(sized.plan, name) for name in SHAPE_DEFAULTS}
+    if args.boards > 1 and qm.lora.rank:
+        print(f"LoRA slots left out: a chain of {args.boards} boards does not load adapters (yet)")
+        qm = dataclasses.replace(qm, lora=LoraSpec(rank=0, sites=()))
     try:
-        report = compile_to(qm, args.out, storage=args.weights, vocab=ir.vocab, **shape)
+        report = compile_to(qm, args.out, storage=args.weights, vocab=ir.vocab, boards=args.boards, **shape)
     except ValueError as err:  # an engine shape the decoder refuses: its message says what is accepted
         print(f"hardwire: error: {err}", file=sys.stderr)
         return 2
@@ -173,6 +179,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     """Build a bitstream for a board (fit check first, then yosys, nextpnr and the packer, with a report), or with
     --target asic a generic-gate synthesis with a transistor estimate."""
+    import json
+
+    report = args.build / "report.json"
+    boards = json.loads(report.read_text()).get("boards", 1) if report.exists() else 1
+    if boards > 1:
+        print(f"hardwire: error: {args.build} is a chain of {boards} boards (hardwire compile --boards {boards}); "
+              "building each board of a chain is not supported yet: `hardwire sim` simulates the chain, or compile "
+              "with --boards 1 for one board", file=sys.stderr)
+        return 2
     if args.target == "asic":
         from .boards.asic import build_asic
 
@@ -333,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--weights", choices=("rom", "logic"), default="rom",
                       help="rom: memories with init (block RAM); logic: constant tables (gates)")
     comp.add_argument("--context", type=int, default=None, help="KV cache positions (default: the model's)")
+    comp.add_argument("--boards", type=int, default=1,
+                      help="split the model by layers over a chain of this many boards, the residual passed on over "
+                           "a link (default 1; LoRA slots are left out of a chain)")
     comp.add_argument("-o", "--out", type=Path, required=True, help="build folder")
     comp.set_defaults(func=cmd_compile)
 

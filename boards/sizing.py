@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..quant.chain import largest_stage
 from ..quant.qmodel import QModel
 from ..rtl.plan import HardwarePlan, cycles_per_token_estimate
 from .parts import FitError, FitEstimate, Part, choose_plan, estimate_model
@@ -78,23 +79,25 @@ class ShapeChoice:
 
 
 def size_for_board(quantise: Callable[[str], QModel], part: Part, *, scheme: str | None, plan: HardwarePlan | None,
-                   storage: str = "rom",
+                   storage: str = "rom", boards: int = 1,
                    progress: Callable[[str], None] = lambda line: None) -> tuple[SchemeChoice, ShapeChoice]:
     """The scheme (as given, or the first of QUALITY_ORDER with a shape that fits the part) and the shape (as given,
     or the --rows auto shape) of a board build. `quantise(scheme)` quantises the model; it runs once per scheme
-    tried. Raises FitError naming each scheme's reason when none fits (or the given scheme's own error)."""
+    tried. Raises FitError naming each scheme's reason when none fits (or the given scheme's own error).
+    boards > 1: a chain (quant/chain.py); each board has the same shape, fitted on the stage that stores most."""
     schemes = QUALITY_ORDER if scheme is None else (scheme,)
     given = None if plan is None else replace(plan, storage=storage)
     reasons: list[tuple[str, str]] = []
     for name in schemes:
         progress(f"quantising ({name}) ...")
         qm = quantise(name)
+        on_board = largest_stage(qm, boards) if boards > 1 else qm
         try:
             if given is None:
-                chosen, fit, cycles = choose_plan(qm, part, storage)
+                chosen, fit, cycles = choose_plan(on_board, part, storage)
                 shape = ShapeChoice(chosen, fit, cycles, qm.context // 2, sized=True)
             else:
-                fit = estimate_model(qm, part, given, label=f"{name}, {given.shape}")
+                fit = estimate_model(on_board, part, given, label=f"{name}, {given.shape}")
                 fit.check()
                 shape = ShapeChoice(given, fit, cycles_per_token_estimate(qm, given, qm.context // 2),
                                     qm.context // 2, sized=False)

@@ -98,6 +98,24 @@ class LoraSpec:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """Which part of a model one board of a chain holds (quant/chain.py): layers first..end of `layers` in all. The
+    first board also holds the embedding, the last the final norm and the head; the others pass the residual on."""
+
+    first_layer: int
+    end_layer: int
+    layers: int
+
+    @property
+    def first(self) -> bool:
+        return self.first_layer == 0
+
+    @property
+    def last(self) -> bool:
+        return self.end_layer == self.layers
+
+
+@dataclass(frozen=True)
 class QModel:
     config: ModelConfig
     scheme: str  # int8, int4, int3, mixed36 or mxfp4
@@ -114,6 +132,17 @@ class QModel:
     steps: dict[str, tuple[list[float], list[float]]]  # projection -> (input step per channel, output step per row)
     lora: LoraSpec
     pos: QEmbedding | None = None  # learned positions
+    stage: Stage | None = None  # one board's part of a chain (its layers renumbered from 0); None: the whole model
+
+    @property
+    def has_embedding(self) -> bool:
+        """This model (or stage) takes tokens: it holds the embedding (and learned positions)."""
+        return self.stage is None or self.stage.first
+
+    @property
+    def has_head(self) -> bool:
+        """This model (or stage) gives tokens: it holds the final norm and the head."""
+        return self.stage is None or self.stage.last
 
     def linears(self) -> typing.Iterator[tuple[str, QLinear]]:
         for i, layer in enumerate(self.layers):
@@ -121,12 +150,14 @@ class QModel:
                 lin = getattr(layer, part)
                 if lin is not None:
                     yield f"layers.{i}.{part}", lin
-        yield "head", self.head
+        if self.has_head:
+            yield "head", self.head
 
     def weight_tensors(self) -> typing.Iterator[tuple[str, QLinear | QEmbedding]]:
-        yield "embed", self.embed
-        if self.pos is not None:
-            yield "pos", self.pos
+        if self.has_embedding:
+            yield "embed", self.embed
+            if self.pos is not None:
+                yield "pos", self.pos
         yield from self.linears()
 
     @property

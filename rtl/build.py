@@ -13,7 +13,9 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from ..quant.chain import split_layers, stages
 from ..quant.qmodel import QLinear, QModel
+from .chain import LINK_LATENCY, Chain, chain_cycles
 from .decoder import Decoder
 from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, table_shapes, weight_bank_shapes
 
@@ -50,6 +52,9 @@ class BuildReport:
     tensor_formats: dict[str, str] = field(default_factory=dict)  # every stored tensor: codes, scales, in/out widths
     head_macs: int = 0  # the LM head's share of macs_per_token (vocab x d_model)
     vocab_weight_bits: int = 0  # the embedding's and the head's share of weight_bits
+    boards: int = 1  # a chain of boards (quant/chain.py) or one
+    stages: list[list[int]] = field(default_factory=list)  # each board's layers [first, end) on a chain
+    link_cycles: int = 0  # of cycles_per_token_estimate: the residual's way over the links, beyond its elements
 
     def vocab_summary(self) -> str:
         return (f"vocabulary: the head takes {self.head_macs:,} of {self.macs_per_token:,} MACs/token "
@@ -88,20 +93,25 @@ def tensor_formats(qm: QModel) -> dict[str, str]:
 
 def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1, attention_rows: int | None = None,
                softmax_lanes: int = 1, dsp_rows: int | None = None, epilogue_lanes: int = 1, position: int | None = None,
-               progress: bool = True, vocab: tuple[str, ...] | None = None) -> BuildReport:
+               progress: bool = True, vocab: tuple[str, ...] | None = None, boards: int = 1) -> BuildReport:
     """Write out/decoder.v, out/qmodel.{npz,json}, out/report.json (and out/vocab.json); return the report.
 
     Those files depend only on the model and the options: two runs give the same bytes (whatever the process's
     PYTHONHASHSEED, folder or time). What was measured (seconds) goes to out/timings.json instead.
+    boards > 1: the model split by layers over a chain of that many boards (quant/chain.py, rtl/chain.py), the
+    Verilog the whole chain with its links; each board has the engine shape given.
     """
     out.mkdir(parents=True, exist_ok=True)
-    decoder = Decoder(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
-                      softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
-    plan = decoder.plan
+    shape = dict(rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows, softmax_lanes=softmax_lanes,
+                 dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
+    parts = stages(qm, boards) if boards > 1 else []
+    top = Chain(parts, **shape) if parts else Decoder(qm, **shape)
+    plan = top.boards[0].plan if parts else top.plan
     start = time.time()
     if progress:
-        print(f"generating Verilog ({storage} storage, {plan.shape}) ...", flush=True)
-    text = verilog.convert(decoder, name=TOP_NAME, emit_src=False)
+        on = f", {boards} boards: layers {', '.join(f'{a}..{b - 1}' for a, b in split_layers(qm, boards))}" if parts else ""
+        print(f"generating Verilog ({storage} storage, {plan.shape}{on}) ...", flush=True)
+    text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     elapsed = time.time() - start
     (out / "decoder.v").write_text(text)
     qm.save(out)
@@ -116,12 +126,15 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
         weight_storage_bits=storage_bits, scheme=qm.scheme, storage=storage, rows=rows, lanes=lanes,
         attention_rows=attention_rows, softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes,
         context=qm.context, position=position, macs_per_token=macs,
-        cycles_per_token_estimate=cycles_per_token_estimate(qm, plan, position),
+        cycles_per_token_estimate=(chain_cycles(parts, plan, position) if parts
+                                   else cycles_per_token_estimate(qm, plan, position)),
         mac_bound_cycles=-(-macs // plan.macs_per_cycle), bram_bound_cycles=-(-qm.weight_bits // REFERENCE_PORT_BITS),
         latency_floor_cycles=latency_floor_cycles(qm, plan, position),
         kv_cache_bits=2 * cfg.n_layers * qm.context * cfg.n_kv_heads * cfg.head_dim * 8,
         verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm), head_macs=int(qm.head.codes.numel()),
-        vocab_weight_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors() if name in ("embed", "head")))
+        vocab_weight_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors() if name in ("embed", "head")),
+        boards=max(1, len(parts)), stages=[[p.stage.first_layer, p.stage.end_layer] for p in parts],
+        link_cycles=(len(parts) - 1) * (LINK_LATENCY + 1) if parts else 0)
     measured = {"verilog_seconds"}  # differs between identical runs: kept out of report.json
     fields = {k: v for k, v in report.__dict__.items() if k not in measured}
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")

@@ -14,7 +14,7 @@ lists them); docs/hardware.md draws the data flow; docs/numerics.md is what ever
 
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, unsigned
+from amaranth.hdl import Elaboratable, Module, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -32,11 +32,17 @@ from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
 from .plan import HardwarePlan
 
-__all__ = ["ACT_BITS", "MAX_LORA_RANK", "Decoder", "Mode", "Source", "status_layout", "token_layout"]
+__all__ = ["ACT_BITS", "MAX_LORA_RANK", "Decoder", "Mode", "Source", "residual_layout", "status_layout",
+           "token_layout"]
 
 
 def token_layout(vocab: int) -> data.StructLayout:
     return data.StructLayout({"token": unsigned(max(1, (vocab - 1).bit_length())), "new_seq": 1})
+
+
+def residual_layout() -> data.StructLayout:
+    """An element of the residual passed between a chain's boards; new_seq: the token starts a sequence."""
+    return data.StructLayout({"value": signed(16), "new_seq": 1})
 
 
 def status_layout() -> data.StructLayout:
@@ -98,13 +104,17 @@ class Decoder(wiring.Component):
                                  softmax_lanes=softmax_lanes, dsp_rows=dsp_rows, epilogue_lanes=epilogue_lanes)
         cfg = qm.config
         self.token_bits = max(1, (cfg.vocab_size - 1).bit_length())
-        super().__init__({
+        ports = {
             "tokens": In(stream.Signature(token_layout(cfg.vocab_size))),
             "out": Out(stream.Signature(unsigned(self.token_bits))),
             "status": Out(status_layout()),
             "lora": In(stream.Signature(data.StructLayout({"addr": unsigned(lora_addr_bits(qm)),
                                                            "data": unsigned(16)}))),
-        })
+        }
+        if qm.stage is not None:  # one board of a chain (quant/chain.py): the residual in from the board before, out
+            ports["resid_in"] = In(stream.Signature(residual_layout()))  # to the board after
+            ports["resid_out"] = Out(stream.Signature(residual_layout()))
+        super().__init__(ports)
 
     def elaborate(self, platform: object) -> Elaboratable:
         """The stages in order, each a function of the records it reads; the records that flow backwards (the
@@ -136,7 +146,8 @@ class Decoder(wiring.Component):
         feeder = build_norm_feeder(m, dims, units.norm_unit, units.norm_names, vectors, buffers, link)
         rope = build_rope_driver(m, qm, dims, units.rope, vectors, buffers, kv, control)
         self.fsm = build_schedule(m, ScheduleIn(  # for testbenches and waveforms: the schedule state
-            qm=qm, dims=dims, tokens=self.tokens, out=self.out, control=control, product=product, epilogue=epilogue,
+            qm=qm, dims=dims, tokens=self.tokens, out=self.out, resid_in=getattr(self, "resid_in", None),
+            resid_out=getattr(self, "resid_out", None), control=control, product=product, epilogue=epilogue,
             feeder=feeder, rope=rope, link=link, weights=weights, units=units, buffers=buffers, kv=kv, vectors=vectors,
             lora=lora))
         return m

@@ -31,8 +31,8 @@ class Weights:
     bank_of: dict[str, int]  # a projection's bank
     base_of: dict[str, int]  # its first word there
     params: dict[str, ReadPort]  # each row's (bias, mult, shift), `wide` rows a word
-    embed: WeightStore
-    embed_scale: ReadPort  # each token's (mult, shift)
+    embed: WeightStore | None  # None on a chain's later boards
+    embed_scale: ReadPort | None  # each token's (mult, shift)
     pos_store: WeightStore | None  # learned positions (else None)
     pos_scale: ReadPort | None
 
@@ -52,12 +52,13 @@ def build_weights(m: Module, qm: QModel, dims: Dims) -> Weights:
             bank_of[n], base_of[n] = index, base
     params = {name: _param_rom(m, dims.wide, acc_bits, f"p{index}", lin)
               for index, (name, lin) in enumerate(linears.items())}
-    embed = WeightStore(qm.embed.codes.numpy(), qm.embed.block_shift.numpy(), lanes=dims.lanes,
-                        code_bits=qm.embed.bits, scheme=qm.embed.scheme, storage=storage)
-    m.submodules.embed = embed
-    embed_scale = _scale_rom(m, "embed_scale", qm.embed.mult.tolist(), qm.embed.shift.tolist())
-    pos_store = pos_scale = None
-    if qm.pos is not None:
+    embed = embed_scale = pos_store = pos_scale = None
+    if qm.has_embedding:  # a chain's later boards take the residual instead (quant/chain.py)
+        embed = WeightStore(qm.embed.codes.numpy(), qm.embed.block_shift.numpy(), lanes=dims.lanes,
+                            code_bits=qm.embed.bits, scheme=qm.embed.scheme, storage=storage)
+        m.submodules.embed = embed
+        embed_scale = _scale_rom(m, "embed_scale", qm.embed.mult.tolist(), qm.embed.shift.tolist())
+    if qm.pos is not None and qm.has_embedding:
         pos_store = WeightStore(qm.pos.codes.numpy(), qm.pos.block_shift.numpy(), lanes=dims.lanes,
                                 code_bits=qm.pos.bits, scheme=qm.pos.scheme, storage=storage)
         m.submodules.pos = pos_store

@@ -22,6 +22,7 @@ from .decoder_memories import Buffers, KvCache, Vectors, Weights
 from .decoder_side import NormFeeder, NormLink, RopeDriver, k_write, q_write
 from .decoder_units import Units
 from .lora_bank import LoraBank
+from .plan import RESID_STAGE
 from .rescale import saturate
 from .word_runs import lane_group_write
 
@@ -34,6 +35,8 @@ class ScheduleIn:
     dims: Dims
     tokens: stream.Interface  # the component's ports: a token in, the next one out
     out: stream.Interface
+    resid_in: stream.Interface | None  # a chain's board: the residual from the board before, to the board after
+    resid_out: stream.Interface | None
     control: Control  # the token's registers, which it sets
     product: Product  # starts products ...
     epilogue: Epilogue  # ... and waits for them (mv_done)
@@ -55,14 +58,17 @@ def build_schedule(m: Module, s: ScheduleIn) -> object:
     with m.If(s.units.argmax.o.valid):
         m.d.sync += [ctl.out_token.eq(s.units.argmax.o.payload), ctl.token_ready.eq(1)]
     with m.FSM(name="schedule") as fsm:
-        _idle_state(m, s)
         to_norm = (s.link.values[0], s.link.valid, s.link.count)
-        learned = s.weights.pos_store is not None
-        _embed_states(m, s, s.weights.embed, s.weights.embed_scale, ctl.token, "EMBED",
-                      "POS_READ" if learned else "L0_START", add=False, to_norm=None if learned else to_norm)
-        if learned:
-            _embed_states(m, s, s.weights.pos_store, s.weights.pos_scale, ctl.position, "POS", "L0_START", add=True,
-                          to_norm=to_norm)
+        if s.qm.has_embedding:
+            _idle_state(m, s)
+            learned = s.weights.pos_store is not None
+            _embed_states(m, s, s.weights.embed, s.weights.embed_scale, ctl.token, "EMBED",
+                          "POS_READ" if learned else "L0_START", add=False, to_norm=None if learned else to_norm)
+            if learned:
+                _embed_states(m, s, s.weights.pos_store, s.weights.pos_scale, ctl.position, "POS", "L0_START",
+                              add=True, to_norm=to_norm)
+        else:
+            _receive_states(m, s, to_norm)
         for i in range(cfg.n_layers):
             with m.State(f"L{i}_START"):  # this position's K and V go to its slot of the ring (windowed), else to it
                 window = ctl.windows[i]
@@ -74,6 +80,9 @@ def build_schedule(m: Module, s: ScheduleIn) -> object:
             for h in range(cfg.n_heads):
                 _head_states(m, s, i, h)
             _mlp_states(m, s, i)
+        if not s.qm.has_head:
+            _send_states(m, s)
+            return fsm
         _norm_state(m, s, "FINAL_NORM", "final", "HEAD")
         _mv_state(m, s, "HEAD", "ARGMAX", s.product.start("head", rows=cfg.vocab_size, chunks=s.dims.chunks(s.dims.d),
                                                          mode=Mode.LOGITS, src=Source.ACT))
@@ -83,10 +92,59 @@ def build_schedule(m: Module, s: ScheduleIn) -> object:
         with m.State("EMIT"):
             m.d.comb += [s.out.valid.eq(1), s.out.payload.eq(ctl.out_token)]
             with m.If(s.out.ready):
-                m.d.sync += [ctl.position.eq(ctl.position + 1), ctl.tokens_done.eq(ctl.tokens_done + 1), ctl.busy.eq(0)]
-                m.d.sync += [slot.eq(Mux(slot == w - 1, 0, slot + 1)) for w, slot in ctl.ring.items()]  # p + 1 mod w
+                _token_done(m, ctl)
                 m.next = "IDLE"
     return fsm
+
+
+def _token_done(m: Module, ctl: Control) -> None:
+    """The token has left: the next position (its ring slots), one more token, not busy."""
+    m.d.sync += [ctl.position.eq(ctl.position + 1), ctl.tokens_done.eq(ctl.tokens_done + 1), ctl.busy.eq(0)]
+    m.d.sync += [slot.eq(Mux(slot == w - 1, 0, slot + 1)) for w, slot in ctl.ring.items()]  # p + 1 mod w
+
+
+def _receive_states(m: Module, s: ScheduleIn, to_norm: tuple[Signal, Signal, Signal]) -> None:
+    """A chain's later board: the residual from the board before, an element a cycle, into the residual memory and
+    the first norm unit (as the embedding loads it); its first element says whether a sequence starts."""
+    ctl, resid_in, d = s.control, s.resid_in, s.dims.d
+    index = ctl.emb_o
+    with m.State("IDLE"), m.If(resid_in.valid):
+        m.d.sync += [ctl.busy.eq(1), index.eq(0), *s.feeder.start(first_norm(s.qm, 0)), s.feeder.fused.eq(1)]
+        with m.If(resid_in.payload.new_seq):
+            m.d.sync += [ctl.position.eq(0), *(slot.eq(0) for slot in ctl.ring.values())]
+        m.next = "RECEIVE"
+    with m.State("RECEIVE"):
+        m.d.comb += resid_in.ready.eq(s.link.ready)
+        with m.If(resid_in.valid & s.link.ready):
+            resid = s.vectors.resid
+            m.d.comb += [resid.wr_base.eq(index), resid.wr_values[0].eq(resid_in.payload.value), resid.wr_count.eq(1),
+                         resid.wr_en.eq(1), to_norm[0].eq(resid_in.payload.value), to_norm[1].eq(1), to_norm[2].eq(1)]
+            m.d.sync += index.eq(index + 1)
+            with m.If(index == d - 1):
+                m.d.sync += index.eq(0)
+                m.next = "L0_START"
+
+
+def _send_states(m: Module, s: ScheduleIn) -> None:
+    """A chain's earlier board: after its last layer, the residual to the board after, an element a cycle (read as
+    the residual update's registers have written it: SEND_SETTLE waits for them)."""
+    ctl, out, d = s.control, s.resid_out, s.dims.d
+    index = ctl.emb_o
+    settle = Signal(range(RESID_STAGE + 1), name="send_settle")
+    with m.State("SEND_SETTLE"):
+        m.d.sync += settle.eq(settle + 1)
+        with m.If(settle == RESID_STAGE - 1):
+            m.d.sync += [settle.eq(0), index.eq(0)]
+            m.next = "SEND"
+    with m.State("SEND"):
+        m.d.comb += [s.vectors.resid_rd.addr.eq(index), out.valid.eq(1), out.payload.value.eq(s.vectors.resid_rd.data),
+                     out.payload.new_seq.eq(ctl.position == 0)]
+        with m.If(out.ready):
+            m.d.sync += index.eq(index + 1)
+            with m.If(index == d - 1):
+                m.d.sync += index.eq(0)
+                _token_done(m, ctl)
+                m.next = "IDLE"
 
 
 def _idle_state(m: Module, s: ScheduleIn) -> None:
@@ -193,7 +251,7 @@ def _mlp_states(m: Module, s: ScheduleIn, i: int) -> None:
     next layer's first norm, or the final one). A parallel block ran its norm, gate and up before the attention:
     O only adds."""
     n, cfg = f"layers.{i}", s.qm.config
-    nxt_layer = f"L{i + 1}_START" if i + 1 < cfg.n_layers else "FINAL_NORM"
+    nxt_layer = f"L{i + 1}_START" if i + 1 < cfg.n_layers else "FINAL_NORM" if s.qm.has_head else "SEND_SETTLE"
     o = s.product.start(f"{n}.o", rows=s.dims.d, chunks=s.dims.chunks(s.dims.qdim), mode=Mode.RESID, src=Source.ACT)
     if cfg.parallel_residual:
         _mv_state(m, s, f"L{i}_O", f"L{i}_DOWN", o)
@@ -202,8 +260,9 @@ def _mlp_states(m: Module, s: ScheduleIn, i: int) -> None:
         _norm_state(m, s, f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if s.dims.gated else f"L{i}_UP")
         _gate_up_states(m, s, i, f"L{i}_DOWN")
     down = s.product.start(f"{n}.down", rows=s.dims.d, chunks=s.dims.chunks(cfg.ffn), mode=Mode.RESID, src=Source.HID)
-    _mv_state(m, s, f"L{i}_DOWN", nxt_layer,
-              _feeding_norm(s, down, first_norm(s.qm, i + 1) if i + 1 < cfg.n_layers else "final"))
+    if i + 1 < cfg.n_layers or s.qm.has_head:
+        down = _feeding_norm(s, down, first_norm(s.qm, i + 1) if i + 1 < cfg.n_layers else "final")
+    _mv_state(m, s, f"L{i}_DOWN", nxt_layer, down)
 
 
 def _norm_state(m: Module, s: ScheduleIn, name: str, key: str, nxt: str) -> None:

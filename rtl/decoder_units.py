@@ -60,7 +60,8 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
         norm_sites[f"attn{i}"] = layer.attn_norm
         if not cfg.shared_norm:  # one norm for both sublayers (Phi): its activations serve the MLP too
             norm_sites[f"mlp{i}"] = layer.mlp_norm
-    norm_sites["final"] = qm.final_norm
+    if qm.has_head:  # a chain's earlier boards pass the residual on instead
+        norm_sites["final"] = qm.final_norm
     norm_unit = NormUnit(dims.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)
                                             for qn in norm_sites.values()], lanes=plan.vector_lanes, in_lanes=dims.wide)
     m.submodules.norm = norm_unit

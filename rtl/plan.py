@@ -104,7 +104,8 @@ def plan_from_report(report: dict) -> HardwarePlan:
 class Phase:
     """One step of a token's schedule."""
 
-    kind: str  # "embed", "norm", "matvec", "lora_a", "rope", "copy", "scores", "softmax", "pv", "argmax", "handshake"
+    kind: str  # "embed", "norm", "matvec", "lora_a", "rope", "copy", "scores", "softmax", "pv", "argmax", "handshake",
+    #            "receive", "send" (a chain's boards: the residual in from the board before, out to the board after)
     name: str  # what it works on: "layers.0.q", "layers.1.head2", ...
     macs: int  # model multiply-accumulates (LoRA's are not model work: 0)
     cycles: int  # clock cycles in the RTL, beside what overlaps it
@@ -195,7 +196,10 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
 
     # the embedding (and learned positions) row: per word a read, `lanes` elements into the rescale, a hand-over
     passes = 2 if cfg.positions == "learned" else 1
-    phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
+    if qm.has_embedding:
+        phases = [Phase("embed", "embed", 0, passes * (plan.chunks(d) * (lanes + 2) + RESCALE_LATENCY), RESCALE_LATENCY)]
+    else:  # a chain's later board: the residual streams in while the board before sends it (rtl/chain.py counts
+        phases = [Phase("receive", "residual in", 0, 1, 1)]  # the send and the link); after its last element, a cycle
     for i, layer in enumerate(qm.layers):
         prefix = f"layers.{i}"
         if cfg.parallel_residual:  # the MLP's norm, gate and up first; then the attention norm from the residual memory
@@ -231,6 +235,9 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases.append(norm_phase(f"{prefix}.mlp_norm", True))
             phases += mlp_phases(i, layer, ("gate", "up"))
         phases += mlp_phases(i, layer, ("down",))
+    if not qm.has_head:  # a chain's earlier board: the residual update's registers settle, then it goes out
+        phases.append(Phase("send", "residual out", 0, RESID_STAGE + d, RESID_STAGE))
+        return phases
     phases.append(norm_phase("final_norm", True))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, ARGMAX_LATENCY + 1, ARGMAX_LATENCY + 1))  # its stages; the token out
@@ -283,6 +290,8 @@ def word_bits(plan: HardwarePlan, code_bits: int, scheme: str) -> int:
 
 def table_shapes(qm: QModel, plan: HardwarePlan) -> list[tuple[str, int, int]]:
     """(name, depth in words, word bits) of the embedding and learned-position tables, one row per lookup."""
+    if not qm.has_embedding:
+        return []
     tables = [("embed", qm.embed)] + ([("pos", qm.pos)] if qm.pos is not None else [])
     return [(name, table.codes.shape[0] * plan.chunks(table.codes.shape[1]), word_bits(plan, table.bits, table.scheme))
             for name, table in tables]
