@@ -109,6 +109,29 @@ def measure(names: list[str] | None, work: Path, retime: bool = False) -> None:
         BLOCKS_FILE.write_text(json.dumps(stored, indent=1) + "\n")
 
 
+def what_it_takes(result: dict) -> None:
+    """Where the 8B's cycles go at its widest engine, and the ceiling the schedule's fixed latencies set."""
+    from collections import Counter
+
+    from hardwire.boards.asic_projection import default_plan, standin_qmodel
+    from hardwire.rtl.plan import schedule
+
+    widest = result["projections"][-1]
+    cfg = reference_shapes()["Llama 3.1 8B"]
+    e = widest["engine"]
+    qm = standin_qmodel(cfg, widest["scheme"], widest["context"])
+    by_kind = Counter()
+    for phase in schedule(qm, default_plan(e["rows"], e["lanes"], cfg.head_dim), widest["position"]):
+        by_kind[phase.kind] += phase.cycles
+    floor = widest["schedule"]["latency_floor_cycles"]
+    clock = widest["scaled"]["clock_mhz"]
+    print(f"Llama 3.1 8B at {e['rows']} x {e['lanes']} (projected): {widest['schedule']['cycles_per_token']:,} cycles a "
+          "token, by phase: " + ", ".join(f"{k} {v:,}" for k, v in by_kind.most_common()))
+    print(f"  the schedule's latency floor (unlimited MACs): {floor:,} cycles a token = {clock * 1e6 / floor:,.0f} "
+          f"tokens/s at the scaled {clock:.0f} MHz; {HC1['tokens_per_s']:,} tokens/s at this floor needs "
+          f"{HC1['tokens_per_s'] * floor / 1e6:,.0f} MHz")
+
+
 def report() -> int:
     points = json.loads(BLOCKS_FILE.read_text())["points"]
     model_fit, fo4 = load_fit()
@@ -141,6 +164,8 @@ def report() -> int:
             tables[f"{name} {scheme}"] = result
             print()
             print(format_table(f"{name}", result))
+    print()
+    what_it_takes(tables["Llama 3.1 8B int4"])
     print()
     print(f"beside the 8B rows, {HC1['name']} ({HC1['label']}): {HC1['node']}, {HC1['area_mm2']} mm2, "
           f"~{HC1['transistors'] / 1e9:.0f} billion transistors, ~{HC1['transistors_per_parameter']} transistors a "

@@ -569,7 +569,8 @@ def project(cfg: ModelConfig, scheme: str, plan: HardwarePlan, model_fit: Fit, *
 def assumptions(fo4_sky130: float | None) -> list[str]:
     out = [
         "logic: a linear model of the engine's blocks fitted to small sky130 syntheses (benchmarks/results/"
-        "asic_blocks.json); no placement, routing, clock tree or power grid",
+        "asic_blocks.json), a buffer tree on every net of more than 8 inputs counted in; no placement, wires, clock "
+        "skew or power grid",
         "memories: boards/rom_macro.py's mask-ROM and SRAM macros (published sky130 SRAM figures, an estimated ROM "
         f"bit cell), deeper than {MAX_MACRO_DEPTH} words tiled into macros of that depth, the macro's read time "
         "kept whatever the memory's size (no global wiring)",
