@@ -202,6 +202,15 @@ def model_parameters(cfg: ModelConfig) -> int:
     return total
 
 
+def hf_parameters(config: dict, cfg: ModelConfig) -> int:
+    """model_parameters with the biases and offsets a family has beyond that layout: Qwen2's q, k, v biases, Phi's
+    head bias, OPT's two extra learned positions; GPT-Neo has no q, k, v biases."""
+    qkv = cfg.n_layers * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    kind = config.get("model_type")
+    extra = {"qwen2": qkv, "phi": cfg.vocab_size, "opt": 2 * cfg.d_model, "gpt_neo": -qkv}.get(kind, 0)
+    return model_parameters(cfg) + extra
+
+
 # ---- the stand-in QModel --------------------------------------------------------------------------------------
 
 def _meta(*shape: int) -> torch.Tensor:
@@ -508,7 +517,8 @@ def fo4_ns(liberty_text: str) -> float:
 
 
 def project(cfg: ModelConfig, scheme: str, plan: HardwarePlan, model_fit: Fit, *, context: int,
-            position: int | None = None, tech: MemoryTech = SKY130, fo4_sky130_ns: float | None = None) -> dict:
+            position: int | None = None, tech: MemoryTech = SKY130, fo4_sky130_ns: float | None = None,
+            parameters: int | None = None) -> dict:
     """Area, transistors, clock and tokens/s of `cfg` on `plan` (projected), at sky130 and scaled to a 6/7 nm class
     node (projected, with the stated assumptions)."""
     qm = standin_qmodel(cfg, scheme, context)
@@ -522,7 +532,7 @@ def project(cfg: ModelConfig, scheme: str, plan: HardwarePlan, model_fit: Fit, *
     limited_by = min(limits, key=limits.get)
     clock = limits[limited_by]
     cycles = cycles_per_token_estimate(qm, plan, position)
-    params = model_parameters(cfg)
+    params = parameters if parameters is not None else model_parameters(cfg)
     area = logic_area + mem["rom"]["area_um2"] + mem["sram"]["area_um2"]
     transistors = logic_tr + mem["rom"]["transistors"] + mem["sram"]["transistors"]
     sky = {
@@ -593,8 +603,9 @@ DEFAULT_WIDTHS = ((1, 8), (8, 16), (64, 64))  # rows x lanes projected when --ro
 OUTPUT_NAME = "project_asic.json"
 
 
-def config_from_input(path: Path) -> tuple[ModelConfig, str]:
-    """The ModelConfig of a Hugging Face config.json, a folder holding one, or a model.onnx (the importer's)."""
+def config_from_input(path: Path) -> tuple[ModelConfig, str, int]:
+    """The ModelConfig of a Hugging Face config.json, a folder holding one, or a model.onnx (the importer's), and
+    the model's parameters (the importer's count, or hf_parameters)."""
     if not path.exists():
         raise ProjectionError(f"{path}: no such file or folder; give a Hugging Face config.json, a folder holding "
                               f"one, or a model.onnx")
@@ -607,7 +618,7 @@ def config_from_input(path: Path) -> tuple[ModelConfig, str]:
         from ..frontend import load
 
         ir = load(path, verify=False)  # the config is what a projection needs; no weights are used
-        return ir.config, str(path)
+        return ir.config, str(path), ir.n_params
     if path.suffix != ".json":
         raise ProjectionError(f"{path}: not a config.json or a .onnx file; give a Hugging Face config.json, a "
                               f"folder holding one, or a model.onnx")
@@ -617,7 +628,8 @@ def config_from_input(path: Path) -> tuple[ModelConfig, str]:
         raise ProjectionError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(config, dict):
         raise ProjectionError(f"{path}: not a Hugging Face config (a JSON object with model_type)")
-    return config_from_hf(config, str(path)), str(path)
+    cfg = config_from_hf(config, str(path))
+    return cfg, str(path), hf_parameters(config, cfg)
 
 
 def output_path(source: Path, out: Path | None) -> Path:
@@ -657,13 +669,13 @@ def widths_for(cfg: ModelConfig, scheme: str, rows: int | None, lanes: int | Non
 
 
 def project_model(cfg: ModelConfig, scheme: str, widths: list[tuple[int, int]], model_fit: Fit, fo4: float, *,
-                  context: int | None = None) -> dict:
+                  context: int | None = None, parameters: int | None = None) -> dict:
     """Projections of one configuration at several engine widths, with the fit and the assumptions they rest on."""
     ctx = context if context is not None else min(cfg.context or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
     if ctx < 1:
         raise ProjectionError(f"--context must be a positive number of positions, got {ctx}")
-    rows_out = [project(cfg, scheme, default_plan(r, ln, cfg.head_dim), model_fit, context=ctx, fo4_sky130_ns=fo4)
-                for r, ln in widths]
+    rows_out = [project(cfg, scheme, default_plan(r, ln, cfg.head_dim), model_fit, context=ctx, fo4_sky130_ns=fo4,
+                        parameters=parameters) for r, ln in widths]
     return {
         "date": datetime.date.today().isoformat(), "label": "projected",
         "projections": rows_out,
@@ -709,9 +721,10 @@ def project_command(source: Path, *, rows: int | None, lanes: int | None, scheme
             raise ProjectionError(f"{flag} must be a power of two (1, 2, 4, ...), got {value}")
     if context is not None and context < 1:
         raise ProjectionError(f"--context must be a positive number of positions, got {context}")
-    cfg, where = config_from_input(source)
+    cfg, where, parameters = config_from_input(source)
     model_fit, fo4 = load_fit(library)
-    result = project_model(cfg, scheme, widths_for(cfg, scheme, rows, lanes), model_fit, fo4, context=context)
+    result = project_model(cfg, scheme, widths_for(cfg, scheme, rows, lanes), model_fit, fo4, context=context,
+                           parameters=parameters)
     result["source"] = where
     path = output_path(source, out)
     path.parent.mkdir(parents=True, exist_ok=True)

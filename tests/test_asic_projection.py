@@ -18,8 +18,10 @@ from hardwire.boards.asic_projection import (
     BLOCKS_FILE,
     FEATURES,
     buffer_fanout,
+    config_from_hf,
     default_plan,
     fit,
+    hf_parameters,
     llama_config,
     load_points,
     measured_point,
@@ -163,6 +165,28 @@ def test_parameter_counts_from_the_configurations() -> None:
     assert model_parameters(shapes["llama2.c 15M"]) == 15_191_712  # stories15M: shared head
 
 
+@pytest.mark.parametrize("config, published", [
+    ({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024},
+     124_439_808),  # gpt2
+    ({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24,
+      "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
+      "max_position_embeddings": 32768, "tie_word_embeddings": True}, 494_032_768),  # Qwen/Qwen2-0.5B
+    ({"model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 512, "num_hidden_layers": 6,
+      "num_attention_heads": 8, "intermediate_size": 2048, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+      "hidden_act": "gelu"}, 70_426_624),  # EleutherAI/pythia-70m
+    ({"model_type": "opt", "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "ffn_dim": 3072, "max_position_embeddings": 2048, "activation_function": "relu"}, 125_239_296),  # facebook/opt-125m
+    ({"model_type": "gpt_neo", "vocab_size": 50257, "hidden_size": 768, "num_layers": 12, "num_heads": 12,
+      "max_position_embeddings": 2048, "attention_types": [[["global", "local"], 6]], "window_size": 256},
+     125_198_592),  # EleutherAI/gpt-neo-125m
+])
+def test_parameters_of_other_families(config: dict, published: int) -> None:
+    cfg = config_from_hf(config)
+    assert hf_parameters(config, cfg) == published
+    if config["model_type"] == "gpt_neo":
+        assert cfg.attn_windows == (None, 256) * 6
+
+
 def test_project_a_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA_8B))
@@ -213,7 +237,7 @@ def test_project_defaults_a_folder_and_onnx(tmp_path: Path, capsys: pytest.Captu
     onnx = Path(__file__).resolve().parent.parent / "models" / "tinyshakespeare.onnx"
     assert main(["project", str(onnx), "--rows", "2", "--lanes", "4", "-o", str(tmp_path / "onnx")]) == 0
     (row,) = json.loads((tmp_path / "onnx" / "project_asic.json").read_text())["projections"]
-    assert row["engine"]["rows"] == 2 and row["model"]["parameters"] > 0
+    assert row["engine"]["rows"] == 2 and row["model"]["parameters"] == 463_872  # the importer's count (README)
     capsys.readouterr()
 
 
