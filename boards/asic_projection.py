@@ -632,6 +632,13 @@ def config_from_input(path: Path) -> tuple[ModelConfig, str, int]:
     return cfg, str(path), hf_parameters(config, cfg)
 
 
+def same_shape(a: ModelConfig, b: ModelConfig) -> bool:
+    """The same network (context and RoPE base aside)."""
+    fields = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn", "activation", "norm",
+              "positions", "tied_head")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
 def output_path(source: Path, out: Path | None) -> Path:
     if out is not None:
         return out / OUTPUT_NAME
@@ -726,10 +733,15 @@ def project_command(source: Path, *, rows: int | None, lanes: int | None, scheme
     result = project_model(cfg, scheme, widths_for(cfg, scheme, rows, lanes), model_fit, fo4, context=context,
                            parameters=parameters)
     result["source"] = where
+    if same_shape(cfg, reference_shapes()["Llama 3.1 8B"]):
+        result["hc1"] = HC1  # the chip it follows, beside the projection
     path = output_path(source, out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(format_table(where, result))
+    if "hc1" in result:
+        print(f"beside it, {HC1['name']} ({HC1['label']}): {HC1['model']}, {HC1['node']}, {HC1['area_mm2']} mm2, "
+              f"~{HC1['transistors_per_parameter']} transistors a parameter, ~{HC1['tokens_per_s']:,} tokens/s per user")
     print(f"wrote {path}")
     return path
 

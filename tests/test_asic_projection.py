@@ -194,7 +194,9 @@ def test_project_a_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert "8,030,261,248 parameters" in out and "all figures projected" in out and "wrote" in out
     result = json.loads((tmp_path / "project_asic.json").read_text())
-    assert set(result) == {"date", "label", "projections", "fit", "fo4_sky130_ps", "assumptions", "source"}
+    assert set(result) == {"date", "label", "projections", "fit", "fo4_sky130_ps", "assumptions", "source", "hc1"}
+    assert result["hc1"]["area_mm2"] == 815 and result["hc1"]["tokens_per_s"] == 17000  # the 8B gets the HC1 beside it
+    assert "Taalas HC1" in out
     assert result["label"] == "projected" and result["source"] == str(config)
     (row,) = result["projections"]
     assert set(row) == {"model", "scheme", "context", "position", "engine", "schedule", "sky130", "scaled"}
@@ -232,6 +234,7 @@ def test_project_defaults_a_folder_and_onnx(tmp_path: Path, capsys: pytest.Captu
     shapes = [(p["engine"]["rows"], p["engine"]["lanes"]) for p in result["projections"]]
     assert shapes == [(1, 8), (8, 16), (64, 32)]  # head width 64; mixed36's 32-column groups cap lanes at 32
     assert all(p["model"]["parameters"] == 134_515_008 for p in result["projections"])
+    assert "hc1" not in result
     cycles = [p["schedule"]["cycles_per_token"] for p in result["projections"]]
     assert cycles == sorted(cycles, reverse=True)  # wider engines take fewer cycles
     onnx = Path(__file__).resolve().parent.parent / "models" / "tinyshakespeare.onnx"
