@@ -42,8 +42,9 @@ RESULT = ROOT / "benchmarks" / "results" / "asic_projection.json"
 # beyond the RTL's 64 rows: how wide the engine must be to reach the HC1's tokens/s (labelled "(>RTL)")
 WIDE_8B = ((1024, 32), (8192, 32), (65536, 32))
 
-# Small builds: one layer, vocabulary 16, context 8, ffn 2 x d, --weights rom; shapes that vary the MAC lanes
-# (rows x lanes), the code width (int8, int4), the epilogue and softmax lanes and d_model.
+# Small builds: vocabulary 16, context 8, ffn 2 x d, --weights rom, one layer and two heads (one KV head) unless
+# the point says; shapes that vary the MAC lanes (rows x lanes), the code width (int8, int4), the epilogue and
+# softmax lanes, d_model, and (held out only) the layers and heads.
 POINTS = [
     {"name": "d8-int8-1x1", "role": "fit", "d": 8, "scheme": "int8", "rows": 1, "lanes": 1},
     {"name": "d16-int8-2x4", "role": "fit", "d": 16, "scheme": "int8", "rows": 2, "lanes": 4},
@@ -62,6 +63,10 @@ POINTS = [
      "epilogue_lanes": 4, "softmax_lanes": 4},
     {"name": "d32-int4-2x16-e2s8", "role": "held_out", "d": 32, "scheme": "int4", "rows": 2, "lanes": 16,
      "epilogue_lanes": 2, "softmax_lanes": 8},
+    # held out, more layers and heads than any fit point: the logic should not grow with layers
+    {"name": "d16-L2-int8-2x4", "role": "held_out", "d": 16, "layers": 2, "scheme": "int8", "rows": 2, "lanes": 4},
+    {"name": "d64-L2-h4-int4-4x16-e4s4", "role": "held_out", "d": 64, "layers": 2, "heads": 4, "kv_heads": 2,
+     "scheme": "int4", "rows": 4, "lanes": 16, "epilogue_lanes": 4, "softmax_lanes": 4},
 ]
 
 
@@ -80,8 +85,8 @@ def measure(names: list[str] | None, work: Path, retime: bool = False) -> None:
         if names and spec["name"] not in names:
             continue
         d = spec["d"]
-        qm = quantize(random_ir(vocab=16, d=d, layers=1, heads=2, kv_heads=1, ffn=2 * d, context=8), spec["scheme"],
-                      context=8)
+        qm = quantize(random_ir(vocab=16, d=d, layers=spec.get("layers", 1), heads=spec.get("heads", 2),
+                                kv_heads=spec.get("kv_heads", 1), ffn=2 * d, context=8), spec["scheme"], context=8)
         folder = work / spec["name"]
         old = by_name.get(spec["name"])
         if retime and old is not None and (folder / "build_asic.json").exists():
@@ -136,14 +141,14 @@ def report() -> int:
     points = json.loads(BLOCKS_FILE.read_text())["points"]
     model_fit, fo4 = load_fit()
     print(f"fit points and held-out builds (measured: sky130hd tt_025C_1v80 synthesis, {BLOCKS_FILE.name}):")
-    print(f"{'build':<22}{'role':>9}{'logic um2':>11}{'+buffers':>10}{'path ns':>9}{'buffered':>10}"
+    print(f"{'build':<26}{'role':>9}{'logic um2':>11}{'+buffers':>10}{'path ns':>9}{'buffered':>10}"
           f"{'proj. um2':>11}{'err':>7}{'proj. ns':>10}{'err':>7}{'area err':>9}")
     checks = []
     for p in points:
         c = predict_build(p, model_fit)
         checks.append(c)
         m = p["measured"]
-        print(f"{p['name']:<22}{p['role']:>9}{m['logic_area_um2']:>11,.0f}{m['fanout_buffer_area_um2']:>10,.0f}"
+        print(f"{p['name']:<26}{p['role']:>9}{m['logic_area_um2']:>11,.0f}{m['fanout_buffer_area_um2']:>10,.0f}"
               f"{m['critical_path_ns']:>9.2f}{m['buffered_path_ns']:>10.2f}{c['logic_area_um2']['projected']:>11,.0f}"
               f"{100 * c['errors']['logic_area']:>6.1f}%{c['path_ns']['projected']:>10.2f}"
               f"{100 * c['errors']['path']:>6.1f}%{100 * c['errors']['area']:>8.1f}%")
