@@ -218,6 +218,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_project(args: argparse.Namespace) -> int:
+    """Project a model configuration too big to synthesise onto an ASIC (docs/asic.md): area, transistors a parameter,
+    clock and tokens/s at the given engine width (or several), from blocks measured on small sky130 builds and the
+    schedule's cycles; a table on the terminal and project_asic.json beside the input (or in -o DIR)."""
+    from .boards.asic_projection import project_command
+
+    project_command(args.model, rows=args.rows, lanes=args.lanes, scheme=args.scheme, context=args.context,
+                    library=args.library, out=args.out)
+    return 0
+
+
 def cmd_flash(args: argparse.Namespace) -> int:
     """Load the board's bitstream from a build folder with openFPGALoader."""
     from .host.flash import FlashError, flash
@@ -383,6 +394,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="standard-cell library of the ASIC target (default sky130hd: SkyWater SKY130 "
                             "high-density cells, typical corner); see docs/asic.md")
     build.set_defaults(func=cmd_build)
+
+    project = sub.add_parser("project", help="project a model configuration onto an ASIC: area, clock, tokens/s",
+                             description=cmd_project.__doc__)
+    project.add_argument("model", type=Path, help="a Hugging Face config.json, a folder holding one, or a model.onnx")
+    project.add_argument("--target", choices=("asic",), default="asic", help="asic (the only target projected)")
+    project.add_argument("--library", default="sky130hd", help="standard-cell library of the fit (default sky130hd)")
+    project.add_argument("--rows", type=int, default=None, help="row units, a power of two (default: several widths)")
+    project.add_argument("--lanes", type=int, default=None,
+                         help="MAC lanes per row, a power of two dividing the head width (default: several widths)")
+    project.add_argument("--scheme", default="int4", help="weight scheme: int8, int4, int3, mxfp4 or mixed36 "
+                                                          "(default int4)")
+    project.add_argument("--context", type=int, default=None,
+                         help="KV cache positions (default: the model's, at most 2048)")
+    project.add_argument("-o", "--out", type=Path, default=None,
+                         help="folder for project_asic.json (default: beside the input)")
+    project.set_defaults(func=cmd_project)
 
     flash_p = sub.add_parser("flash", help="load a built bitstream onto the board with openFPGALoader",
                              description=cmd_flash.__doc__)
