@@ -218,7 +218,7 @@ def hf_cohere(seed: int = 0) -> torch.nn.Module:
 
 
 def hf_qwen3(seed: int = 0) -> torch.nn.Module:
-    """Qwen3: Llama's block with an RMSNorm on each head of q and k (refused: the chip has no head-wide norm)."""
+    """Qwen3: Llama's block with an RMSNorm on each head of q and k, after their projections and before RoPE."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)

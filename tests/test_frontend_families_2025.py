@@ -1,7 +1,8 @@
-"""The families of issue 35 that need no new hardware: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
+"""The families of issue 35: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
-scale); and the refusals, by name, of what the chip does not compute (Qwen3's q/k norm, Gemma 2's soft-capping).
+scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
+and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
 proven against onnxruntime; the checks below compare the IR with the Hugging Face model's own parameters, so that a
@@ -25,6 +26,7 @@ from hardwire.quant.tables import ROPE_BITS, rope_tables
 
 SCALED_ROPE = "RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)"
 INTERLEAVED = "interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)"
+QK_NORM = "per-head q/k norm (RMSNorm of each head of q and k before RoPE)"
 
 
 def _np(tensor: torch.Tensor) -> np.ndarray:
@@ -163,12 +165,38 @@ def _refused(path, pattern: str) -> None:
     assert re.fullmatch(pattern, str(info.value)), str(info.value)
 
 
-def test_qwen3_qk_norm_is_refused_by_name(exported):
-    """Qwen3 normalises each head of q and k: recovered structure the IR has no field for, refused by name before any
-    proof (which would fail at 0.2 x max |logit| without saying why)."""
+def test_qwen3_per_head_qk_norm(exported):
+    """Qwen3 normalises each head of q and k (RMSNorm over head_dim, its own gain) before RoPE: recovered by data
+    flow into Layer.q_norm / k_norm, proven, and equal to the Hugging Face model's gains and logits."""
+    model, ir = _proven(exported, "qwen3")
+    cfg = ir.config
+    assert cfg.qk_norm and cfg.features == (QK_NORM,) and cfg.folded == ()
+    assert cfg.head_dim == 16 and cfg.norm_eps == model.config.rms_norm_eps
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        assert np.array_equal(layer.q_norm.weight, _np(hf.self_attn.q_norm.weight).astype(np.float32))
+        assert np.array_equal(layer.k_norm.weight, _np(hf.self_attn.k_norm.weight).astype(np.float32))
+        assert layer.q_norm.bias is None and layer.k_norm.bias is None
+        assert not np.allclose(layer.q_norm.weight, 1.0)  # perturbed: a gain left out would show
+    _same_logits_as_hf(model, ir)
+
+
+def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
+    """Qwen3's graph with each layer's k norm cut out (k goes to its transpose as projected): a q norm alone is
+    refused naming it, before any proof."""
     _, path = exported("qwen3")
-    _refused(path, re.escape(f"{path}: could not place ") + r"\w+ node '[^']+'" + re.escape(
-        ": a norm of q before the scores (per-head q/k norm: Qwen3, OLMo-2, Gemma 3) is not supported"))
+    proto = onnx.load(path)
+    nodes = list(proto.graph.node)
+    producer = {out: n for n in nodes for out in n.output}
+    for gain in [n for n in nodes if n.op_type == "Mul" and any("k_norm" in i for i in n.input)]:
+        scaled = producer[next(i for i in gain.input if "k_norm" not in i)]  # k * rsqrt(mean(k^2) + eps)
+        view = next(i for i in scaled.input if producer[i].op_type == "Reshape")  # k as projected, per head
+        transpose = next(n for n in nodes if n.op_type == "Transpose" and gain.output[0] in n.input)
+        transpose.input[0] = view  # the norm is left hanging: k reaches RoPE as projected
+    bad = tmp_path / "q_norm_only.onnx"
+    onnx.save(proto, bad)
+    _refused(bad, re.escape(f"{bad}: could not place Mul node '") + r"[^']+" + re.escape(
+        "': a norm of q before the scores without one of k is not supported; supported: a per-head norm of both "
+        "(Qwen3, Gemma 3)"))
 
 
 def test_gemma2_soft_capping_is_refused_by_name(exported):
