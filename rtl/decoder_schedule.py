@@ -19,7 +19,7 @@ from .decoder_control import Control
 from .decoder_engine import Product
 from .decoder_epilogue import Epilogue
 from .decoder_memories import Buffers, KvCache, Vectors, Weights
-from .decoder_side import NormFeeder, NormLink, RopeDriver, k_write, q_write
+from .decoder_side import HeadNormDriver, NormFeeder, NormLink, RopeDriver, k_write, q_write
 from .decoder_units import Units
 from .lora_bank import LoraBank
 from .rescale import saturate
@@ -46,6 +46,7 @@ class ScheduleIn:
     kv: KvCache  # each layer's place; k copied into the K cache
     vectors: Vectors  # the residual the embedding writes; raw q and k, copied
     lora: LoraBank  # the adapter slots (an adapted projection runs LoRA A first)
+    head_norm: HeadNormDriver  # starts a per-head q/k norm and waits for it
 
 
 def build_schedule(m: Module, s: ScheduleIn) -> object:
@@ -144,15 +145,21 @@ def _attention_states(m: Module, s: ScheduleIn, i: int) -> None:
         _norm_state(m, s, f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
     q = s.product.start(f"{n}.q", rows=s.dims.qdim, chunks=c_d, mode=Mode.Q, src=Source.ACT)
     k = s.product.start(f"{n}.k", rows=s.dims.kvdim, chunks=c_d, mode=Mode.K, src=Source.ACT)
+    place = "ROPE" if s.units.rope is not None else "COPY"
+    after_q, after_k = f"L{i}_{place}_Q", f"L{i}_{place}_K"
+    if s.units.head_norm is not None:  # each head of raw q (raw k) normalised in place before its rotation
+        _mv_state(m, s, f"L{i}_Q", f"L{i}_Q_NORM", q)
+        _head_norm_state(m, s, f"L{i}_Q_NORM", i, False, s.dims.qdim, after_q)
+        _mv_state(m, s, f"L{i}_K", f"L{i}_K_NORM", k)
+        _head_norm_state(m, s, f"L{i}_K_NORM", i, True, s.dims.kvdim, after_k)
+    else:
+        _mv_state(m, s, f"L{i}_Q", after_q, q)
+        _mv_state(m, s, f"L{i}_K", after_k, k)
     if s.units.rope is not None:
-        _mv_state(m, s, f"L{i}_Q", f"L{i}_ROPE_Q", q)
         _rope_state(m, s, f"L{i}_ROPE_Q", False, s.dims.qdim // 2, f"L{i}_K")
-        _mv_state(m, s, f"L{i}_K", f"L{i}_ROPE_K", k)
         _rope_state(m, s, f"L{i}_ROPE_K", True, s.dims.kvdim // 2, f"L{i}_V")
     else:
-        _mv_state(m, s, f"L{i}_Q", f"L{i}_COPY_Q", q)
         _copy_state(m, s, f"L{i}_COPY_Q", f"L{i}_K", s.dims.qdim, is_k=False)
-        _mv_state(m, s, f"L{i}_K", f"L{i}_COPY_K", k)
         _copy_state(m, s, f"L{i}_COPY_K", f"L{i}_V", s.dims.kvdim, is_k=True)
     v = s.product.start(f"{n}.v", rows=s.dims.kvdim, chunks=c_d, mode=Mode.V, src=Source.ACT)
     _mv_state(m, s, f"L{i}_V", f"L{i}_ROPE_WAIT", v)
@@ -239,6 +246,16 @@ def _mv_state(m: Module, s: ScheduleIn, name: str, nxt: str, start: MvStart) -> 
         m.d.sync += start
         m.next = name + "_WAIT"
     with m.State(name + "_WAIT"), m.If(s.epilogue.mv_done):
+        m.next = nxt
+
+
+def _head_norm_state(m: Module, s: ScheduleIn, name: str, layer: int, is_k: bool, count: int, nxt: str) -> None:
+    """Normalise each head of raw q (raw k) in place: started once q's rotation has ended (k's norm runs after the
+    K projection, while q may still be rotating: both read their vector's first reader), then waited for."""
+    with m.State(name), m.If(~s.rope.running):
+        m.d.sync += s.head_norm.start(layer, is_k, count)
+        m.next = name + "_WAIT"
+    with m.State(name + "_WAIT"), m.If(~s.head_norm.running):
         m.next = nxt
 
 

@@ -224,7 +224,8 @@ def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
 
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
-    ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24)])
+    ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
+    ("qwen3", "int8", 24)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
@@ -245,6 +246,37 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     tokens = ReferenceDecoder(qm).generate([5, 17, 3], 8)
     seq = torch.tensor([[5, 17, 3, *tokens[:-1]]])
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
+
+
+def test_qk_norm_gains_of_any_sign(exported):
+    """The chip's q/k norm multipliers hold magnitudes: a negative gain's sign goes into its row of each head of the
+    projection (fold_qk_signs), and a zero gain gets a vanishing multiplier. Qwen3 with every third gain negated and
+    one zero decodes in the integer reference as closely as the model itself does, and the projection's output steps
+    (what the host's LoRA reads) carry the signs."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Norm
+    from hardwire.quant.reference import forward
+
+    ir = load(exported("qwen3")[1], verify=False)
+
+    def signed(norm: Norm) -> Norm:
+        w = norm.weight.copy()
+        w[::3] *= -1
+        w[5] = 0.0
+        return Norm(w)
+
+    ir = dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=signed(layer.q_norm),
+                                                                  k_norm=signed(layer.k_norm)) for layer in ir.layers))
+    qm = quantize(ir, "int8", context=24)
+    assert int(qm.layers[0].q_norm.shift[5]) == 62 and int(qm.layers[0].q_norm.mult[5]) == 1  # a zero gain: 0 out
+    out_steps = np.array(qm.steps["layers.0.q"][1])
+    assert (np.sign(out_steps) == np.tile(np.where(ir.layers[0].q_norm.weight < 0, -1, 1), 4)).all()
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
+    got = forward(qm, ids).double() * qm.scales["logits"]
+    want = float_forward(ir, ids).double()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+    assert (got - want).abs().max() <= 0.08 * want.abs().max()
 
 
 def test_float_decoder_has_the_schedule(exported):
