@@ -250,8 +250,9 @@ def _mv_state(m: Module, s: ScheduleIn, name: str, nxt: str, start: MvStart) -> 
 
 
 def _head_norm_state(m: Module, s: ScheduleIn, name: str, layer: int, is_k: bool, count: int, nxt: str) -> None:
-    """Normalise each head of raw q (raw k) in place: started once q's rotation has ended (k's norm runs after the
-    K projection, while q may still be rotating: both read their vector's first reader), then waited for."""
+    """Normalise each head of raw q (raw k) in place: started once q's rotation has ended (k's norm follows the K
+    projection, while q may still be rotating, and the norm's driver takes the first reader of raw q and of raw k,
+    which RoPE reads too), then waited for. Both waits are what plan.py counts."""
     with m.State(name), m.If(~s.rope.running):
         m.d.sync += s.head_norm.start(layer, is_k, count)
         m.next = name + "_WAIT"
