@@ -248,15 +248,11 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
 
 
-def test_qk_norm_gains_of_any_sign(exported):
-    """The chip's q/k norm multipliers hold magnitudes: a negative gain's sign goes into its row of each head of the
-    projection (fold_qk_signs), and a zero gain gets a vanishing multiplier. Qwen3 with every third gain negated and
-    one zero decodes in the integer reference as closely as the model itself does, and the projection's output steps
-    (what the host's LoRA reads) carry the signs."""
+def _signed_qk_gains(exported):
+    """Qwen3's IR with every third q/k norm gain negated and gain 5 zero."""
     import dataclasses
 
     from hardwire.frontend.ir import Norm
-    from hardwire.quant.reference import forward
 
     ir = load(exported("qwen3")[1], verify=False)
 
@@ -266,8 +262,18 @@ def test_qk_norm_gains_of_any_sign(exported):
         w[5] = 0.0
         return Norm(w)
 
-    ir = dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=signed(layer.q_norm),
-                                                                  k_norm=signed(layer.k_norm)) for layer in ir.layers))
+    return dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=signed(layer.q_norm),
+                                                                    k_norm=signed(layer.k_norm)) for layer in ir.layers))
+
+
+def test_qk_norm_gains_of_any_sign(exported):
+    """The chip's q/k norm multipliers hold magnitudes: a negative gain's sign goes into its row of each head of the
+    projection (fold_qk_signs), and a zero gain gets a vanishing multiplier. Qwen3 with every third gain negated and
+    one zero decodes in the integer reference as closely as the model itself does, and the projection's output steps
+    (what the host's LoRA reads) carry the signs."""
+    from hardwire.quant.reference import forward
+
+    ir = _signed_qk_gains(exported)
     qm = quantize(ir, "int8", context=24)
     assert int(qm.layers[0].q_norm.shift[5]) == 62 and int(qm.layers[0].q_norm.mult[5]) == 1  # a zero gain: 0 out
     out_steps = np.array(qm.steps["layers.0.q"][1])
@@ -277,6 +283,32 @@ def test_qk_norm_gains_of_any_sign(exported):
     want = float_forward(ir, ids).double()
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
     assert (got - want).abs().max() <= 0.08 * want.abs().max()
+
+
+def test_lora_on_q_before_signed_qk_norm_gains(exported):
+    """A host LoRA adapter on q (before its norm) moves the integer decoder as the float merged model says, the rows
+    whose gain's sign the chip holds in q's rows included: quantize_lora reads their negative output steps."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Linear
+    from hardwire.quant.lora import quantize_lora
+    from hardwire.quant.qmodel import LoraSpec
+    from hardwire.quant.reference import forward
+
+    ir = _signed_qk_gains(exported)
+    qm = quantize(ir, "int8", context=32, lora=LoraSpec(4, ("q",)))
+    rng = np.random.default_rng(3)
+    adapters, layers = {}, list(ir.layers)
+    for i, layer in enumerate(ir.layers):
+        a, b = rng.normal(size=(4, 64)) * 0.15, rng.normal(size=(64, 4)) * 0.15  # larger: q saturates its int12
+        adapters[i, "q"] = quantize_lora(qm, i, "q", a, b, alpha=8.0)
+        layers[i] = dataclasses.replace(layer, q=Linear(layer.q.weight + (8.0 / 4) * (b @ a).astype(np.float32)))
+    merged = dataclasses.replace(ir, layers=tuple(layers))
+    ids = torch.randint(0, 96, (4, 32), generator=torch.Generator().manual_seed(0))
+    target = float_forward(merged, ids).argmax(-1)
+    agree_with = float((forward(qm, ids, adapters).argmax(-1) == target).double().mean())
+    agree_without = float((forward(qm, ids).argmax(-1) == target).double().mean())
+    assert agree_without < 0.6 and agree_with > 0.85, (agree_without, agree_with)
 
 
 def test_float_decoder_has_the_schedule(exported):
