@@ -228,8 +228,8 @@ class _Recovery(SublayerReader):
         if interleaved:
             self.folded.append("interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)")
         if gain is not None and gain != 1.0:
-            self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: q and k's rotated rows "
-                               "times it)")
+            rows = "q and k's norm gains" if next(iter(qk_norms)) else "q and k's rotated rows"
+            self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: {rows} times it)")
         if (rope_theta is None) == (positions is None):
             raise ModelImportError(f"{self.where}: expected exactly one positional scheme (RoPE or a learned table), "
                                    f"found {'both' if positions is not None else 'neither'}")
@@ -248,8 +248,9 @@ class _Recovery(SublayerReader):
         for factor, where in by_factor.items():
             which = "" if len(where) == len(blocks) else f" in layer{'s' if len(where) > 1 else ''} " \
                 f"{', '.join(map(str, where))}"
+            into = "q's norm gain" if blocks[where[0]][0]["q_norm"] is not None else "q's weights"
             self.folded.append(f"score scale {factor / np.sqrt(head_dim):g} instead of 1/sqrt(head_dim){which} "
-                               f"(q's weights times {factor:g})")
+                               f"({into} times {factor:g})")
         first = layers[0]
         tied = head.weight.shape == embed.shape and np.array_equal(head.weight, embed)
         config = ModelConfig(

@@ -97,6 +97,7 @@ class SublayerReader(GraphReader):
         normed = {part: heads[part][1] if heads else outs[part] for part in ("q", "k")}  # what RoPE and the scale read
         self.refuse_unmapped(normed, score_mm, softmax)
         o, o_out = self.linear(outputs[0])
+        self.refuse_post_norm(o_out, end, "attention")
         out_scale = self.scale_between(o_out, end.output[0])  # Granite's residual multiplier: folded into o
         o = self.scaled(o, out_scale)
         rope = self.rope(nodes, score_mm, head_dim)
@@ -186,6 +187,14 @@ class SublayerReader(GraphReader):
         cap = next((n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"), None)
         if cap is not None:
             raise self.fail(cap, "attention soft-capping (tanh of the scores: Gemma 2) is not supported")
+
+    def refuse_post_norm(self, out: str, end: onnx.NodeProto, sublayer: str) -> None:
+        """Refuse, by name, a norm between a sublayer's output projection and the residual Add (Gemma 2 and 3 norm the
+        attention's and the MLP's outputs too): scale_between would read past it as if it were not there."""
+        norm = next((n for n in self.view.nodes_between({out}, end.output[0]) if n.op_type in NORM_OPS), None)
+        if norm is not None:
+            raise self.fail(norm, f"a norm of the {sublayer}'s output before the residual Add (a post-sublayer norm: "
+                                  "Gemma 2, Gemma 3) is not supported")
 
     def fused_pieces(self, out: str, strict: bool = True) -> list[tuple[str, np.ndarray]]:
         """(piece, its projection rows) for each piece that a Split or a Slice cuts from the fused projection's
@@ -405,6 +414,7 @@ class SublayerReader(GraphReader):
             else:
                 raise self.fail(inputs[0], "an ungated MLP is supported with GELU (exact or tanh) or ReLU only")
         down, down_out = self.linear(outputs[0])
+        self.refuse_post_norm(down_out, end, "MLP")
         out_scale = self.scale_between(down_out, end.output[0])  # Granite's residual multiplier: folded into down
         return dict(norm=norm, kind=kind, eps=eps, up=up, gate=gate, down=self.scaled(down, out_scale),
                     activation=activation, normed=first_in, out_scale=out_scale)

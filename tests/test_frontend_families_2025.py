@@ -180,6 +180,33 @@ def test_qwen3_per_head_qk_norm(exported):
     _same_logits_as_hf(model, ir)
 
 
+def test_gemma3_qk_norm_takes_the_score_scale(exported):
+    """Gemma 3's per-head q/k norms ((1 + w) gains) behind a score scale of 24^-0.5 for heads of 16: the scale goes
+    into q's norm gain (into q's rows the norm would undo it), proven, equal to Hugging Face's logits. Its post-sublayer
+    norms are identities in this export (test_gemma3_post_sublayer_norms_are_refused_by_name)."""
+    model, ir = _proven(exported, "gemma3-prenorm")
+    cfg = ir.config
+    assert cfg.qk_norm and cfg.attn_windows == (16, 16)
+    factor = math.sqrt(16 / 24)
+    assert cfg.folded == ("embedding scale 8 (into the table)",
+                          f"score scale {1 / math.sqrt(24):g} instead of 1/sqrt(head_dim) (q's norm gain times "
+                          f"{float(np.float32(factor)):g})")
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        gain = 1 + _np(hf.self_attn.q_norm.weight)
+        assert np.allclose(layer.q_norm.weight, factor * gain, rtol=1e-6)
+        assert np.allclose(layer.k_norm.weight, 1 + _np(hf.self_attn.k_norm.weight), rtol=1e-6)
+        assert np.array_equal(layer.q.weight, _np(hf.self_attn.q_proj.weight).astype(np.float32))  # q's rows as they are
+    _same_logits_as_hf(model, ir)
+
+
+def test_gemma3_post_sublayer_norms_are_refused_by_name(exported):
+    """Gemma 3 norms the attention's output before its residual Add: refused naming the norm, not by the proof."""
+    _, path = exported("gemma3")
+    _refused(path, re.escape(f"{path}: could not place ") + r"\w+ node '[^']+'" + re.escape(
+        ": a norm of the attention's output before the residual Add (a post-sublayer norm: Gemma 2, Gemma 3) is not "
+        "supported"))
+
+
 def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
     """Qwen3's graph with each layer's k norm cut out (k goes to its transpose as projected): a q norm alone is
     refused naming it, before any proof."""
@@ -225,7 +252,7 @@ def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
-    ("qwen3", "int8", 24)])
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
