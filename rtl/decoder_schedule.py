@@ -145,22 +145,18 @@ def _attention_states(m: Module, s: ScheduleIn, i: int) -> None:
         _norm_state(m, s, f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
     q = s.product.start(f"{n}.q", rows=s.dims.qdim, chunks=c_d, mode=Mode.Q, src=Source.ACT)
     k = s.product.start(f"{n}.k", rows=s.dims.kvdim, chunks=c_d, mode=Mode.K, src=Source.ACT)
-    place = "ROPE" if s.units.rope is not None else "COPY"
-    after_q, after_k = f"L{i}_{place}_Q", f"L{i}_{place}_K"
-    if s.units.head_norm is not None:  # each head of raw q (raw k) normalised in place before its rotation
-        _mv_state(m, s, f"L{i}_Q", f"L{i}_Q_NORM", q)
-        _head_norm_state(m, s, f"L{i}_Q_NORM", i, False, s.dims.qdim, after_q)
-        _mv_state(m, s, f"L{i}_K", f"L{i}_K_NORM", k)
-        _head_norm_state(m, s, f"L{i}_K_NORM", i, True, s.dims.kvdim, after_k)
-    else:
-        _mv_state(m, s, f"L{i}_Q", after_q, q)
-        _mv_state(m, s, f"L{i}_K", after_k, k)
-    if s.units.rope is not None:
-        _rope_state(m, s, f"L{i}_ROPE_Q", False, s.dims.qdim // 2, f"L{i}_K")
-        _rope_state(m, s, f"L{i}_ROPE_K", True, s.dims.kvdim // 2, f"L{i}_V")
-    else:
-        _copy_state(m, s, f"L{i}_COPY_Q", f"L{i}_K", s.dims.qdim, is_k=False)
-        _copy_state(m, s, f"L{i}_COPY_K", f"L{i}_V", s.dims.kvdim, is_k=True)
+    rope = s.units.rope is not None
+    for part, start, count, nxt in (("Q", q, s.dims.qdim, f"L{i}_K"), ("K", k, s.dims.kvdim, f"L{i}_V")):
+        place = f"L{i}_{'ROPE' if rope else 'COPY'}_{part}"  # rotated (or copied) into place
+        if s.units.head_norm is not None:  # each head of raw q (raw k) normalised in place first
+            _mv_state(m, s, f"L{i}_{part}", f"L{i}_{part}_NORM", start)
+            _head_norm_state(m, s, f"L{i}_{part}_NORM", i, part == "K", count, place)
+        else:
+            _mv_state(m, s, f"L{i}_{part}", place, start)
+        if rope:
+            _rope_state(m, s, place, part == "K", count // 2, nxt)
+        else:
+            _copy_state(m, s, place, nxt, count, is_k=part == "K")
     v = s.product.start(f"{n}.v", rows=s.dims.kvdim, chunks=c_d, mode=Mode.V, src=Source.ACT)
     _mv_state(m, s, f"L{i}_V", f"L{i}_ROPE_WAIT", v)
     with m.State(f"L{i}_ROPE_WAIT"), m.If(~s.rope.running):  # q and this position's k are in place
