@@ -164,7 +164,8 @@ def build_head_norm_driver(m: Module, qm: QModel, dims: Dims, unit: NormUnit | N
         return drv
     m.d.comb += [unit.site.eq(drv.sel), unit.o.ready.eq(1)]
     with m.If(drv.running):
-        m.d.comb += [unit.i.payload.count.eq(1), vectors.rq1.addr.eq(drv.n_in), vectors.rk1.addr.eq(drv.n_in), unit.i.valid.eq(drv.n_in < drv.count),
+        m.d.comb += [unit.i.payload.count.eq(1), vectors.rq1.addr.eq(drv.n_in), vectors.rk1.addr.eq(drv.n_in),
+                     unit.i.valid.eq(drv.n_in < drv.count),
                      unit.i.payload.values[0].eq(Mux(drv.is_k, vectors.rk1.data, vectors.rq1.data))]
         with m.If(unit.i.valid & unit.i.ready):
             m.d.sync += drv.n_in.eq(drv.n_in + 1)
