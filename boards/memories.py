@@ -162,6 +162,14 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     coefs = [sum(c << (coef_bits * k) for k, c in enumerate(word)) for word in coef_words(sites, d, width)]
     mems.append(BlockMemory("norm_coef", "tables", len(coefs), live_bits(coefs, width * coef_bits)))
     mems.append(BlockMemory("norm_x", "buffers", words, width * X_BITS, X_BITS))
+    if cfg.qk_norm:  # the per-head q/k norm's own unit (rtl/decoder_units.py): head_dim wide, one lane
+        heads = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)
+                 for layer in qm.layers for qn in (layer.q_norm, layer.k_norm)]
+        mems.append(BlockMemory("head_norm_rsqrt", "tables", 1 << RSQRT_INDEX_BITS,
+                                live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))
+        head_coefs = [word[0] for word in coef_words(heads, cfg.head_dim, 1)]
+        mems.append(BlockMemory("head_norm_coef", "tables", len(head_coefs), live_bits(head_coefs, coef_bits)))
+        mems.append(BlockMemory("head_norm_x", "buffers", cfg.head_dim, X_BITS, X_BITS))
     exp = live_bits(exp_table().tolist(), E_BITS)
     sm_lanes = plan.softmax_lanes
     # one Softmax for every layer: its score buffer, an EXP table per lane (the registered case tables become

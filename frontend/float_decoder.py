@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, rope_tables
+from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, head_norm, rope_tables
 from .ir import Linear, ModelIR, Norm
 
 Step = Callable[..., torch.Tensor]
@@ -37,6 +37,8 @@ def torch_weights(ir: ModelIR) -> ModelIR:
         return Norm(_t(x.weight), _t(x.bias))
 
     layers = tuple(dataclasses.replace(layer, attn_norm=norm(layer.attn_norm), q=lin(layer.q), k=lin(layer.k),
+                                       q_norm=None if layer.q_norm is None else norm(layer.q_norm),
+                                       k_norm=None if layer.k_norm is None else norm(layer.k_norm),
                                        v=lin(layer.v), o=lin(layer.o), mlp_norm=norm(layer.mlp_norm),
                                        up=lin(layer.up), down=lin(layer.down),
                                        gate=None if layer.gate is None else lin(layer.gate))
@@ -106,6 +108,8 @@ class FloatDecoder:
             q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)
             k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
             v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+            if cfg.qk_norm:
+                q, k = head_norm(q, layer.q_norm, cfg.norm_eps), head_norm(k, layer.k_norm, cfg.norm_eps)
             if cfg.positions == "rope":
                 q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             keys, values = self.cache[i]

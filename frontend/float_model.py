@@ -51,6 +51,12 @@ def _norm(x: torch.Tensor, norm: Norm, kind: str, eps: float, observe: Observer,
     return out if norm.bias is None else out + _t(norm.bias)
 
 
+def head_norm(x: torch.Tensor, norm: Norm, eps: float) -> torch.Tensor:
+    """The per-head q/k norm (ModelConfig.qk_norm): RMSNorm over the last axis (one head's head_dim elements) times
+    its gain."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _t(norm.weight)
+
+
 def rope_tables(head_dim: int, theta: float, positions: int,
                 inv_freq: tuple[float, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape (positions, head_dim) in the rotate-half layout (head_dim: the rotated dims): the angle per
@@ -121,7 +127,9 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
     attention output, gate, up, MLP hidden, logits. transform(site, tensor) may replace the
     value at those sites and at two more (`layers.i.probs`, the softmax's output, and
-    `layers.i.gate_act`, SiLU of the gate; q and k before RoPE are `layers.i.q_raw`, `k_raw`)
+    `layers.i.gate_act`, SiLU of the gate; q and k before RoPE are `layers.i.q_raw`, `k_raw`; with a per-head q/k
+    norm, q and k as projected are a site of their own, `layers.i.q_proj`, `k_proj`, and the norm's output is what
+    reaches RoPE)
     before the model goes on: the error budget rounds one site at a time to its integer grid
     this way (quant/fake_quant.py).
     """
@@ -148,6 +156,9 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         q = _linear(h, layer.q).view(b, t, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # (b, h, t, hd)
         k = _linear(h, layer.k).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)  # (b, kvh, t, hd)
         v = _linear(h, layer.v).view(b, t, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        if cfg.qk_norm:  # each head of q and k normalised (times its gain) before RoPE
+            q = head_norm(site(f"layers.{i}.q_proj", q), layer.q_norm, cfg.norm_eps)
+            k = head_norm(site(f"layers.{i}.k_proj", k), layer.k_norm, cfg.norm_eps)
         q, k, v = site(f"layers.{i}.q", q, raw), site(f"layers.{i}.k", k, raw), site(f"layers.{i}.v", v)
         if cfg.positions == "rope":
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)

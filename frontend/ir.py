@@ -44,6 +44,8 @@ class ModelConfig:
     attn_windows: tuple[int | None, ...] | None = None  # per layer: a query sees the last w keys; None: causal
     rope_freqs: tuple[float, ...] | None = None  # per rotated pair: its angle per position, read from the graph
     #   (Llama 3, linear, YaRN scaling); None: rope_theta**(-2i / rotary dims)
+    qk_norm: bool = False  # an RMSNorm over each head of q and of k (Layer.q_norm, k_norm; norm_eps), after their
+    #   projections and before RoPE (Qwen3, Gemma 3)
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
 
     @property
@@ -75,6 +77,8 @@ class ModelConfig:
             out.append(f"partial rotary: {self.rotary_dims} of {self.head_dim} dims")
         if self.rope_freqs is not None:
             out.append("RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)")
+        if self.qk_norm:
+            out.append("per-head q/k norm (RMSNorm of each head of q and k before RoPE)")
         if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
             out.append(f"windowed attention ({layers})")
@@ -108,6 +112,8 @@ class Layer:
     up: Linear  # (ffn, d_model)
     down: Linear  # (d_model, ffn)
     gate: Linear | None = None  # (ffn, d_model), gated MLPs only
+    q_norm: Norm | None = None  # (head_dim,) gain of the RMSNorm of each head of q (ModelConfig.qk_norm), no bias
+    k_norm: Norm | None = None  # (head_dim,) the same for k
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ class ModelIR:
         if self.pos_embed is not None:
             yield "pos_embed", self.pos_embed
         for i, layer in enumerate(self.layers):
-            for part in ("attn_norm", "q", "k", "v", "o", "mlp_norm", "gate", "up", "down"):
+            for part in ("attn_norm", "q", "q_norm", "k", "k_norm", "v", "o", "mlp_norm", "gate", "up", "down"):
                 item = getattr(layer, part)
                 if item is None or (part == "mlp_norm" and item is layer.attn_norm):  # a shared norm once
                     continue

@@ -191,7 +191,7 @@ class _Recovery(SublayerReader):
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary, schedules = set(), set(), set()
+        layouts, rotary, schedules, qk_norms = set(), set(), set(), set()
         windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
@@ -204,16 +204,19 @@ class _Recovery(SublayerReader):
             schedules.add((rope.get("freqs"), rope.get("interleaved"), rope.get("gain")))
             activations.add(mlp["activation"])
             head_dims.add(att["head_dim"])
+            qk_norms.add(att["q_norm"] is not None)
+            if att["qk_eps"] is not None:  # the per-head q/k norms: one epsilon with the model's other norms
+                epss.add(att["qk_eps"])
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
                                 mlp_norm=att["norm"] if shared else mlp["norm"], up=mlp["up"], down=mlp["down"],
-                                gate=mlp["gate"]))
+                                gate=mlp["gate"], q_norm=att["q_norm"], k_norm=att["k_norm"]))
         final_norm, kind, eps, head = self.head(steps[-1][1].output[0], d_model)
         kinds.add(kind)
         epss.add(eps)
         for what, seen in (("norm kinds", kinds), ("norm epsilons", epss), ("RoPE bases", rope_thetas),
                            ("activations", activations), ("head widths", head_dims), ("rotary widths", rotary),
                            ("RoPE schedules (frequencies, layout, gain)", schedules),
-                           ("block layouts (parallel, shared norm)", layouts)):
+                           ("block layouts (parallel, shared norm)", layouts), ("per-head q/k norms", qk_norms)):
             if len(seen) != 1:
                 raise ModelImportError(f"{self.where}: layers differ in {what} ({sorted(map(str, seen))}); "
                                        "hardwire needs one value for the whole model")
@@ -225,8 +228,8 @@ class _Recovery(SublayerReader):
         if interleaved:
             self.folded.append("interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)")
         if gain is not None and gain != 1.0:
-            self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: q and k's rotated rows "
-                               "times it)")
+            rows = "q and k's norm gains" if next(iter(qk_norms)) else "q and k's rotated rows"
+            self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: {rows} times it)")
         if (rope_theta is None) == (positions is None):
             raise ModelImportError(f"{self.where}: expected exactly one positional scheme (RoPE or a learned table), "
                                    f"found {'both' if positions is not None else 'neither'}")
@@ -245,8 +248,9 @@ class _Recovery(SublayerReader):
         for factor, where in by_factor.items():
             which = "" if len(where) == len(blocks) else f" in layer{'s' if len(where) > 1 else ''} " \
                 f"{', '.join(map(str, where))}"
+            into = "q's norm gain" if blocks[where[0]][0]["q_norm"] is not None else "q's weights"
             self.folded.append(f"score scale {factor / np.sqrt(head_dim):g} instead of 1/sqrt(head_dim){which} "
-                               f"(q's weights times {factor:g})")
+                               f"({into} times {factor:g})")
         first = layers[0]
         tied = head.weight.shape == embed.shape and np.array_equal(head.weight, embed)
         config = ModelConfig(
@@ -259,6 +263,7 @@ class _Recovery(SublayerReader):
             parallel_residual=parallel, shared_norm=shared,
             rotary_dims=rotary_dims if rotary_dims is not None and rotary_dims != head_dim else None,
             attn_windows=tuple(windows) if any(w is not None for w in windows) else None, rope_freqs=rope_freqs,
+            qk_norm=qk_norms.pop(),
             folded=tuple(self.folded))
         embed32 = f32_array(embed)
         return ModelIR(config=config, embed=embed32, layers=tuple(layers), final_norm=final_norm,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .ir import Activation, Linear
+from .ir import Activation, Linear, Norm
 from .recover_reader import LAYOUT_OPS, GraphReader, attribute, f32_array
 
 ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Gelu", "Relu"}
@@ -31,6 +31,16 @@ def rope_rows(lin: Linear, head_dim: int, rotary_dims: int, interleaved: bool, g
     scale = np.tile(scale, heads)
     return Linear(f32_array(lin.weight[rows].astype(np.float64) * scale[:, None]),
                   None if lin.bias is None else f32_array(lin.bias[rows].astype(np.float64) * scale))
+
+
+def rope_gains(norm: Norm, head_dim: int, rotary_dims: int, interleaved: bool, gain: float) -> Norm:
+    """A per-head q/k norm's gain with RoPE's layout and gain folded in, as rope_rows folds them into q's and k's
+    rows where no norm lies between (the norm would undo a factor on its input): reordered alike, the rotated dims
+    times the tables' gain."""
+    order = np.concatenate((np.arange(0, rotary_dims, 2), np.arange(1, rotary_dims, 2), np.arange(rotary_dims, head_dim))) \
+        if interleaved else np.arange(head_dim)
+    scale = np.where(np.arange(head_dim) < rotary_dims, gain, 1.0)
+    return Norm(f32_array(norm.weight[order].astype(np.float64) * scale))
 
 
 class SublayerReader(GraphReader):
@@ -82,36 +92,109 @@ class SublayerReader(GraphReader):
         if sorted(parts) != ["k", "q", "v"]:
             raise self.fail(inputs[0], f"could not tell q, k and v apart among {len(inputs)} projections "
                                        "(expected q reaching the scores' left operand, k the right, v neither)")
-        self.refuse_unmapped(outs, score_mm, softmax)
+        head_dim = view.shape(score_mm.input[0])[-1]
+        heads, qk_eps = self.head_norms(outs, score_mm, head_dim)  # per-head q/k norms (Qwen3, Gemma 3), or {}
+        normed = {part: heads[part][1] if heads else outs[part] for part in ("q", "k")}  # what RoPE and the scale read
+        self.refuse_unmapped(normed, score_mm, softmax)
         o, o_out = self.linear(outputs[0])
+        self.refuse_post_norm(o_out, end, "attention")
         out_scale = self.scale_between(o_out, end.output[0])  # Granite's residual multiplier: folded into o
         o = self.scaled(o, out_scale)
-        head_dim = view.shape(score_mm.input[0])[-1]
         rope = self.rope(nodes, score_mm, head_dim)
+        q_norm, k_norm = (heads[part][0] if heads else None for part in ("q", "k"))
         if rope is not None:
-            for name in ("q", "k"):
-                parts[name] = rope_rows(parts[name], head_dim, rope["rotary_dims"], rope["interleaved"], rope["gain"])
-        scale = self.score_scale(outs, score_mm, softmax)
+            for name in ("q", "k"):  # behind a head norm the tables' gain scales the norm's output: its gain takes it
+                parts[name] = rope_rows(parts[name], head_dim, rope["rotary_dims"], rope["interleaved"],
+                                        1.0 if heads else rope["gain"])
+            if heads:
+                q_norm, k_norm = (rope_gains(n, head_dim, rope["rotary_dims"], rope["interleaved"], rope["gain"])
+                                  for n in (q_norm, k_norm))
+        scale = self.score_scale(normed, score_mm, softmax)
         factor = scale * np.sqrt(head_dim)  # the float forward divides by sqrt(head_dim): q carries the rest
-        if abs(factor - 1) > 1e-5:
+        if abs(factor - 1) > 1e-5 and heads:  # behind q's head norm: into its gain (a factor before it would cancel)
+            q_norm = Norm(f32_array(q_norm.weight.astype(np.float64) * factor))
+        elif abs(factor - 1) > 1e-5:
             q = parts["q"]
             parts["q"] = Linear(f32_array(q.weight.astype(np.float64) * factor),
                                 None if q.bias is None else f32_array(q.bias.astype(np.float64) * factor))
         return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, o=o, out_scale=out_scale,
-                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax, **parts)
+                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax,
+                    q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, **parts)
+
+    def head_norms(self, outs: dict[str, str], score_mm: onnx.NodeProto,
+                   head_dim: int) -> tuple[dict[str, tuple[Norm, str]], float | None]:
+        """The per-head RMSNorms of q and k between their projections and the scores (Qwen3, Gemma 3): per part,
+        (its gain, the value that carries its output), and their epsilon; ({}, None) when neither has one. Read by
+        data flow: a ReduceMean on the way, over the last axis of head_dim elements, the Mul of its input by the
+        reciprocal square root, then (through Casts) the Mul by a constant of head_dim gains. A norm of only one
+        of them, a LayerNorm, or one over all heads together (OLMo-2's) is refused by name."""
+        view = self.view
+        found: dict[str, tuple[Norm, str]] = {}
+        epss = set()
+        for part, operand in (("q", score_mm.input[0]), ("k", score_mm.input[1])):
+            path = view.nodes_between({outs[part]}, operand)
+            mean = next((n for n in path if n.op_type in NORM_OPS), None)
+            if mean is None:
+                continue
+            what = f"a norm of {part} before the scores"
+            if mean.op_type != "ReduceMean":
+                raise self.fail(mean, f"{what} as one {mean.op_type} op is not supported; supported: a per-head "
+                                      "RMSNorm spelled out (ReduceMean of the squares, Sqrt, Reciprocal: Qwen3, Gemma 3)")
+            width = view.shape(mean.input[0])[-1]
+            if width != head_dim:
+                raise self.fail(mean, f"{what} over {width} elements, not one head's {head_dim} (OLMo-2 normalises all "
+                                      "heads of q and k together) is not supported; supported: a per-head q/k norm "
+                                      "(Qwen3, Gemma 3)")
+            after = view.descendants([mean.output[0]])
+            scaling = next((n for n in path if n.op_type == "Mul" and len(view.dynamic_inputs(n)) == 2
+                            and sum(i in after for i in n.input) == 1), None)  # x * rsqrt(mean(x^2) + eps)
+            if scaling is None:
+                raise self.fail(mean, f"{what}: no product of its input by the reciprocal square root of the mean")
+            end = scaling.output[0]
+            while len(view.consumers[end]) == 1:  # Casts, then the gain
+                node = view.consumers[end][0]
+                static = view.static_inputs(node)
+                gain = node.op_type == "Mul" and len(static) == 1 and view.value(static[0]).size == head_dim
+                if node.op_type != "Cast" and not gain:
+                    break
+                end = node.output[0]
+                if gain:
+                    break
+            norm, kind, eps = self.norm(outs[part], end, head_dim, mean)
+            if kind != "rms" or norm.bias is not None:
+                raise self.fail(mean, f"{what} that centres or adds a bias (a LayerNorm of each head) is not "
+                                      "supported; supported: a per-head RMSNorm (Qwen3, Gemma 3)")
+            found[part] = (norm, end)
+            epss.add(eps)
+        if len(found) == 1:
+            (part, (_, end)), = found.items()
+            raise self.fail(view.producer[end], f"a norm of {part} before the scores without one of "
+                                                f"{'k' if part == 'q' else 'q'} is not supported; supported: a per-head "
+                                                "norm of both (Qwen3, Gemma 3)")
+        if len(epss) > 1:
+            raise self.fail(score_mm, f"the norms of q and k have different epsilons ({sorted(epss)})")
+        return found, (epss.pop() if epss else None)
 
     def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> None:
-        """Refuse, by name, what attention may hold that the IR has no field for: a norm on q or k (Qwen3, OLMo-2,
-        Gemma 3) and a tanh soft-cap on the scores (Gemma 2)."""
+        """Refuse, by name, what attention may hold that the IR has no field for: a second norm on q or k (after the
+        per-head norm head_norms read: OUTS are their outputs) and a tanh soft-cap on the scores (Gemma 2)."""
         view = self.view
         for part, operand in (("q", score_mm.input[0]), ("k", score_mm.input[1])):
             norm = next((n for n in view.nodes_between({outs[part]}, operand) if n.op_type in NORM_OPS), None)
             if norm is not None:
-                raise self.fail(norm, f"a norm of {part} before the scores (per-head q/k norm: Qwen3, OLMo-2, Gemma 3) "
-                                      "is not supported")
+                raise self.fail(norm, f"a second norm of {part} before the scores is not supported; supported: one "
+                                      "per-head q/k norm (Qwen3, Gemma 3)")
         cap = next((n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"), None)
         if cap is not None:
             raise self.fail(cap, "attention soft-capping (tanh of the scores: Gemma 2) is not supported")
+
+    def refuse_post_norm(self, out: str, end: onnx.NodeProto, sublayer: str) -> None:
+        """Refuse, by name, a norm between a sublayer's output projection and the residual Add (Gemma 2 and 3 norm the
+        attention's and the MLP's outputs too): scale_between would read past it as if it were not there."""
+        norm = next((n for n in self.view.nodes_between({out}, end.output[0]) if n.op_type in NORM_OPS), None)
+        if norm is not None:
+            raise self.fail(norm, f"a norm of the {sublayer}'s output before the residual Add (a post-sublayer norm: "
+                                  "Gemma 2, Gemma 3) is not supported")
 
     def fused_pieces(self, out: str, strict: bool = True) -> list[tuple[str, np.ndarray]]:
         """(piece, its projection rows) for each piece that a Split or a Slice cuts from the fused projection's
@@ -331,6 +414,7 @@ class SublayerReader(GraphReader):
             else:
                 raise self.fail(inputs[0], "an ungated MLP is supported with GELU (exact or tanh) or ReLU only")
         down, down_out = self.linear(outputs[0])
+        self.refuse_post_norm(down_out, end, "MLP")
         out_scale = self.scale_between(down_out, end.output[0])  # Granite's residual multiplier: folded into down
         return dict(norm=norm, kind=kind, eps=eps, up=up, gate=gate, down=self.scaled(down, out_scale),
                     activation=activation, normed=first_in, out_scale=out_scale)

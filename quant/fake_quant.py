@@ -51,7 +51,7 @@ def site_group(site: str) -> str:
     if site.endswith("norm"):
         return "norm"
     last = site.rsplit(".", 1)[-1]
-    return {"gate_act": "gate", "q_raw": "q", "k_raw": "k"}.get(last, last)
+    return {"gate_act": "gate", "q_raw": "q", "k_raw": "k", "q_proj": "q", "k_proj": "k"}.get(last, last)
 
 
 def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, float], groups: set[str]) -> Transform:
@@ -74,6 +74,8 @@ def rounding(cfg: ModelConfig, steps: dict[str, np.ndarray], scales: dict[str, f
             return _grid(value, steps[site.removesuffix("_act")] / 2, SILU_OUT_BITS, symmetric=True)
         if site.endswith("_raw"):  # q, k into RoPE: int12 at a 16x finer step (ROPE_IN_FRAC)
             return _grid(value, steps[site.removesuffix("_raw")] / 2**ROPE_IN_FRAC, 8 + ROPE_IN_FRAC)
+        if site.endswith("_proj"):  # q, k into their per-head norms: int12 at a 16x finer step of their own
+            return _grid(value, steps[site] / 2**ROPE_IN_FRAC, 8 + ROPE_IN_FRAC)
         if site.endswith("norm"):  # norms write int12 (their steps are already 16x finer)
             return _grid(value, steps[site], 8 + NORM_OUT_FRAC)
         if site.endswith(".hidden") and gated:  # SILU[g] * u is exact in int16: nothing to round

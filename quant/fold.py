@@ -40,3 +40,31 @@ def fold_norms(ir: ModelIR) -> ModelIR:
         for layer in ir.layers)
     return dataclasses.replace(ir, layers=layers, final_norm=_unit(ir.final_norm), head=_fold(ir.head, ir.final_norm),
                                config=dataclasses.replace(ir.config, tied_head=False), proof=None)
+
+
+def qk_signs(norm: Norm | None, heads: int) -> np.ndarray | None:
+    """+1 or -1 for each row of a q (or k) projection of `heads` heads: the sign of its per-head norm's gain."""
+    if norm is None:
+        return None
+    return np.tile(np.where(norm.weight < 0, -1.0, 1.0), heads)
+
+
+def fold_qk_signs(ir: ModelIR) -> ModelIR:
+    """The same model with every per-head q/k norm gain made non-negative: the sign of gain j moves into row j of
+    each head of the projection before the norm (a row negated negates its element of the head, leaves the sum of
+    squares alone, and the negated gain gives it back). The chip's norm multipliers hold only magnitudes
+    (numerics §6); the quantiser stores the projection's rows from this IR."""
+    cfg = ir.config
+    if not cfg.qk_norm:
+        return ir
+
+    def flipped(lin: Linear, norm: Norm, heads: int) -> Linear:
+        sign = qk_signs(norm, heads)
+        w = (lin.weight.astype(np.float64) * sign[:, None]).astype(np.float32)
+        return Linear(w, None if lin.bias is None else (lin.bias.astype(np.float64) * sign).astype(np.float32))
+
+    layers = tuple(dataclasses.replace(layer, q=flipped(layer.q, layer.q_norm, cfg.n_heads),
+                                       k=flipped(layer.k, layer.k_norm, cfg.n_kv_heads),
+                                       q_norm=Norm(np.abs(layer.q_norm.weight)), k_norm=Norm(np.abs(layer.k_norm.weight)))
+                   for layer in ir.layers)
+    return dataclasses.replace(ir, layers=layers)

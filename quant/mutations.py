@@ -143,6 +143,9 @@ def breaks(qm: QModel) -> dict[str, Break]:
         Break("parallel_block_sequential", "the MLP reads the residual after attention, not the block's input",
               lambda qm: qm.config.parallel_residual,
               lambda qm: _config(qm, parallel_residual=False, shared_norm=False)),
+        Break("qk_norm_skipped", "q and k reach RoPE as projected: the per-head q/k norm skipped",
+              lambda qm: any(layer.q_norm is not None for layer in qm.layers),
+              lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, q_norm=None, k_norm=None))),
         Break("kv_heads_rolled", "query heads read the wrong kv head (grouped-query mapping)",
               lambda qm: qm.config.n_kv_heads > 1 and qm.config.n_kv_heads < qm.config.n_heads, _kv_heads_rolled),
     ]

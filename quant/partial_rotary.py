@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from ..frontend.ir import Linear, ModelConfig, ModelIR
+from ..frontend.ir import Linear, ModelConfig, ModelIR, Norm
 
 
 def rotary_order(head_dim: int, rotary_dims: int) -> np.ndarray:
@@ -45,6 +45,9 @@ def reorder_rotary_rows(ir: ModelIR) -> ModelIR:
     q_order, k_order = qk_row_order(cfg, cfg.n_heads), qk_row_order(cfg, cfg.n_kv_heads)
     if q_order is None:
         return ir
-    layers = tuple(dataclasses.replace(layer, q=_rows(layer.q, q_order), k=_rows(layer.k, k_order))
+    head = rotary_order(cfg.head_dim, cfg.rotary_dims)  # a per-head q/k norm's gains follow their rows
+    layers = tuple(dataclasses.replace(layer, q=_rows(layer.q, q_order), k=_rows(layer.k, k_order),
+                                       **{part: Norm(getattr(layer, part).weight[head]) for part in ("q_norm", "k_norm")
+                                          if getattr(layer, part) is not None})
                    for layer in ir.layers)
     return dataclasses.replace(ir, layers=layers)

@@ -87,6 +87,8 @@ class QLayer:
     down: QLinear  # hidden (int16 SILU[g] * u, or int8 GELU output) -> int16 residual
     act_table: torch.Tensor  # int64 (256,): SILU (gated, output at the gate's scale) or GELU (output at s_h)
     gate: QLinear | None = None  # -> int8 (gated MLPs); the hidden SILU[g] * u is int16
+    q_norm: QNorm | None = None  # per-head q/k norm (numerics §6): each head of raw q (int12) -> int12 into RoPE
+    k_norm: QNorm | None = None  #   (head_dim,) multipliers: the gain's magnitude folded in, its sign in q's rows
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ..progress import track
 from .calibrate import Calibration, calibrate, self_generated
 from .divergence import kl_per_token
 from .fixedpoint import bits_for, multiplier, multipliers
-from .fold import fold_norms
+from .fold import fold_norms, fold_qk_signs, qk_signs
 from .gptq import gptq
 from .partial_rotary import reorder_rotary_rows
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
@@ -220,6 +220,20 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray, out_bit
     return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift, out_bits=out_bits)
 
 
+def _qhead_norm(eps: float, hd: int, s_in: float, s_out: float, gain: np.ndarray, out_bits: int) -> QNorm:
+    """A per-head q/k norm (numerics §6): §4's RMSNorm over one head's hd elements of int12 at step s_in, to int12 at
+    s_out, the gain's magnitude folded into the per-channel multipliers (fold_qk_signs moved its sign into the
+    projection's rows). A gain of exactly 0 gets a vanishing multiplier (1, shift 62): its output is 0."""
+    eps_q = max(1, math.floor(eps * hd / (s_in * s_in) + 0.5))
+    if eps_q + hd * (1 << 2 * (out_bits - 1)) >= 1 << 62:
+        raise QuantizationError(f"q/k norm: epsilon {eps} is {eps_q} in sum-of-squares units at the projection's step "
+                                f"{s_in:.3g}, over the int63 the datapath holds")
+    gain = np.abs(np.asarray(gain, dtype=np.float64))
+    scale = np.where(gain > 0, math.sqrt(hd) * gain / (2**15 * s_out), 2.0**-80)
+    mult, shift = _multipliers(scale, "q/k norm")
+    return QNorm(kind="rms", eps_q=eps_q, mult=mult, shift=shift, out_bits=out_bits)
+
+
 def choose_bits(scheme: str, folded: ModelIR, cal: Calibration, avg_bits: float,
                 in_steps: Callable[[str], np.ndarray | None], progress: bool = False) -> dict[str, int]:
     """Code width per tensor. mixed36: 3 or 6 bits by sensitivity, the codes and their scales together within
@@ -260,6 +274,9 @@ def activation_steps(cfg: ModelConfig, cal: Calibration, progress: bool = False)
             steps[f"{n}.{site}"] = cal.channel_scales(f"{n}.{site}", d) / 2**NORM_OUT_FRAC
         for site in ("q", "k", "v", "attn_out", "gate")[: 5 if gated else 4]:
             steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
+        if cfg.qk_norm:  # q and k as projected, before their per-head norms (int12 at a 16x finer step, §6)
+            for site in ("q_proj", "k_proj"):
+                steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
         if gated:
             steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
             steps[f"{n}.hidden"] = steps[f"{n}.gate"] / 2 * steps[f"{n}.up"]  # SILU out at half the gate's step
@@ -276,7 +293,7 @@ SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)"
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
 IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
-                        "RoPE schedule")
+                        "RoPE schedule", "per-head q/k norm")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -335,7 +352,8 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     raw_frac = ROPE_IN_FRAC if cfg.positions == "rope" else 0  # q, k into RoPE: int12 at a 16x finer step
     raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
     norm_bits = 8 + NORM_OUT_FRAC  # every norm output, so every projection that reads one: int12
-    stored = reorder_rotary_rows(folded)  # partial rotary: q and k's rows in the RoPE unit's pairs
+    rotary = reorder_rotary_rows(folded)  # partial rotary: q and k's rows in the RoPE unit's pairs
+    stored = fold_qk_signs(rotary)  # per-head q/k norms: the gains' signs into q's and k's rows
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n))
           for n, w in track(_weights(stored).items(), f"quantising weights ({scheme})", unit="tensors",
                             enabled=progress, name=lambda item: item[0])}
@@ -349,6 +367,14 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             return None if src is None else _qlinear(f"{n}.{part}", qw[f"{n}.{part}"], src.bias, s_out, out_bits, in_bits)
 
         s = {site: steps.get(f"{n}.{site}") for site in ("q", "k", "v", "attn_out", "gate", "up", "hidden")}
+        # q and k out of their projections: at their own steps when a per-head norm reads them, else RoPE's input
+        raw = {part: steps[f"{n}.{part}_proj" if cfg.qk_norm else f"{n}.{part}"] / raw_scale for part in ("q", "k")}
+        head_norms = {}
+        if cfg.qk_norm:
+            head_norms = {f"{part}_norm": _qhead_norm(cfg.norm_eps, cfg.head_dim, float(raw[part][0]),
+                                                      float(s[part][0]) / raw_scale,
+                                                      getattr(layer, f"{part}_norm").weight, raw_bits)
+                          for part in ("q", "k")}
         sm_mult, sm_shift = multiplier(float(s["q"][0] * s["k"][0]) / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
         att_mult, att_shift = multiplier(float(s["v"][0]) / (2**PROB_BITS * float(s["attn_out"][0])), "attention output")
         if gated:
@@ -358,7 +384,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                approximate="relu" if cfg.activation == "relu" else cfg.activation == "gelu_tanh")
         layers.append(QLayer(
             attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"], norm_bits),
-            q=lin("q", s["q"] / raw_scale, raw_bits), k=lin("k", s["k"] / raw_scale, raw_bits), v=lin("v", s["v"], 8),
+            q=lin("q", raw["q"], raw_bits), k=lin("k", raw["k"], raw_bits), v=lin("v", s["v"], 8), **head_norms,
             o=lin("o", np.array([s_x]), 16, 8),
             sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"], norm_bits),
@@ -367,9 +393,14 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, norm_bits)
 
     def out_step(i: int, part: str) -> np.ndarray | float:
-        """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step."""
+        """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step
+        (or their per-head norm's input step, negative on the rows whose gain's sign fold_qk_signs moved there)."""
         if part in ("o", "down"):
             return s_x
+        if part in ("q", "k") and cfg.qk_norm:
+            layer = rotary.layers[i]
+            heads = cfg.n_heads if part == "q" else cfg.n_kv_heads
+            return steps[f"layers.{i}.{part}_proj"] / raw_scale * qk_signs(getattr(layer, f"{part}_norm"), heads)
         return steps[f"layers.{i}.{part}"] / (raw_scale if part in ("q", "k") else 1)
 
     io_steps = {f"layers.{i}.{p}": (in_steps(f"layers.{i}.{p}").tolist(),

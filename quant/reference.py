@@ -94,6 +94,9 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         q = linear(a, layer.q, f"{name}.q", lora.get((i, "q"))).view(b, p, cfg.n_heads, cfg.head_dim)
         k = linear(a, layer.k, f"{name}.k", lora.get((i, "k"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
         v = linear(a, layer.v, f"{name}.v", lora.get((i, "v"))).view(b, p, cfg.n_kv_heads, cfg.head_dim)
+        if layer.q_norm is not None:  # per-head q/k norm (§6): §4's RMSNorm over each head, int12 in and out
+            q = qnorm(q, layer.q_norm, qm.rsqrt, f"{name}.q_norm")
+            k = qnorm(k, layer.k_norm, qm.rsqrt, f"{name}.k_norm")
         if cfg.positions == "rope":
             cos, sin = qm.rope_cos[positions], qm.rope_sin[positions]  # (p, hd/2) Q14
             frac = layer.q.out_bits - 8  # ROPE_IN_FRAC: q and k come out of their projections this much finer

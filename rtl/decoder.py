@@ -26,7 +26,7 @@ from .decoder_engine import Product, build_engine
 from .decoder_epilogue import build_epilogue
 from .decoder_memories import build_buffers, build_kv_cache, build_vectors, build_weights
 from .decoder_schedule import ScheduleIn, build_schedule
-from .decoder_side import NormLink, build_norm_feeder, build_rope_driver
+from .decoder_side import NormLink, build_head_norm_driver, build_norm_feeder, build_rope_driver
 from .decoder_units import Units, build_units
 from .lora_bank import LoraBank
 from .lora_map import lora_addr_bits
@@ -145,11 +145,12 @@ class Decoder(wiring.Component):
         # beside the schedule, started by it: the norm feeder, the RoPE driver
         feeder = build_norm_feeder(m, dims, units.norm_unit, units.norm_names, vectors, buffers, link)
         rope = build_rope_driver(m, qm, dims, units.rope, vectors, buffers, kv, control)
+        head_norm = build_head_norm_driver(m, qm, dims, units.head_norm, vectors)
         self.fsm = build_schedule(m, ScheduleIn(  # for testbenches and waveforms: the schedule state
             qm=qm, dims=dims, tokens=self.tokens, out=self.out, resid_in=getattr(self, "resid_in", None),
             resid_out=getattr(self, "resid_out", None), control=control, product=product, epilogue=epilogue,
             feeder=feeder, rope=rope, link=link, weights=weights, units=units, buffers=buffers, kv=kv, vectors=vectors,
-            lora=lora))
+            lora=lora, head_norm=head_norm))
         return m
 
     def _status(self, m: Module, control: Control, units: Units) -> None:

@@ -19,7 +19,7 @@ from .decoder_control import Control
 from .decoder_engine import Product
 from .decoder_epilogue import Epilogue
 from .decoder_memories import Buffers, KvCache, Vectors, Weights
-from .decoder_side import NormFeeder, NormLink, RopeDriver, k_write, q_write
+from .decoder_side import HeadNormDriver, NormFeeder, NormLink, RopeDriver, k_write, q_write
 from .decoder_units import Units
 from .lora_bank import LoraBank
 from .plan import RESID_STAGE
@@ -49,6 +49,7 @@ class ScheduleIn:
     kv: KvCache  # each layer's place; k copied into the K cache
     vectors: Vectors  # the residual the embedding writes; raw q and k, copied
     lora: LoraBank  # the adapter slots (an adapted projection runs LoRA A first)
+    head_norm: HeadNormDriver  # starts a per-head q/k norm and waits for it
 
 
 def build_schedule(m: Module, s: ScheduleIn) -> object:
@@ -202,16 +203,18 @@ def _attention_states(m: Module, s: ScheduleIn, i: int) -> None:
         _norm_state(m, s, f"L{i}_NORM_ATTN_RUN", f"attn{i}", f"L{i}_Q")
     q = s.product.start(f"{n}.q", rows=s.dims.qdim, chunks=c_d, mode=Mode.Q, src=Source.ACT)
     k = s.product.start(f"{n}.k", rows=s.dims.kvdim, chunks=c_d, mode=Mode.K, src=Source.ACT)
-    if s.units.rope is not None:
-        _mv_state(m, s, f"L{i}_Q", f"L{i}_ROPE_Q", q)
-        _rope_state(m, s, f"L{i}_ROPE_Q", False, s.dims.qdim // 2, f"L{i}_K")
-        _mv_state(m, s, f"L{i}_K", f"L{i}_ROPE_K", k)
-        _rope_state(m, s, f"L{i}_ROPE_K", True, s.dims.kvdim // 2, f"L{i}_V")
-    else:
-        _mv_state(m, s, f"L{i}_Q", f"L{i}_COPY_Q", q)
-        _copy_state(m, s, f"L{i}_COPY_Q", f"L{i}_K", s.dims.qdim, is_k=False)
-        _mv_state(m, s, f"L{i}_K", f"L{i}_COPY_K", k)
-        _copy_state(m, s, f"L{i}_COPY_K", f"L{i}_V", s.dims.kvdim, is_k=True)
+    rope = s.units.rope is not None
+    for part, start, count, nxt in (("Q", q, s.dims.qdim, f"L{i}_K"), ("K", k, s.dims.kvdim, f"L{i}_V")):
+        place = f"L{i}_{'ROPE' if rope else 'COPY'}_{part}"  # rotated (or copied) into place
+        if s.units.head_norm is not None:  # each head of raw q (raw k) normalised in place first
+            _mv_state(m, s, f"L{i}_{part}", f"L{i}_{part}_NORM", start)
+            _head_norm_state(m, s, f"L{i}_{part}_NORM", i, part == "K", count, place)
+        else:
+            _mv_state(m, s, f"L{i}_{part}", place, start)
+        if rope:
+            _rope_state(m, s, place, part == "K", count // 2, nxt)
+        else:
+            _copy_state(m, s, place, nxt, count, is_k=part == "K")
     v = s.product.start(f"{n}.v", rows=s.dims.kvdim, chunks=c_d, mode=Mode.V, src=Source.ACT)
     _mv_state(m, s, f"L{i}_V", f"L{i}_ROPE_WAIT", v)
     with m.State(f"L{i}_ROPE_WAIT"), m.If(~s.rope.running):  # q and this position's k are in place
@@ -298,6 +301,17 @@ def _mv_state(m: Module, s: ScheduleIn, name: str, nxt: str, start: MvStart) -> 
         m.d.sync += start
         m.next = name + "_WAIT"
     with m.State(name + "_WAIT"), m.If(s.epilogue.mv_done):
+        m.next = nxt
+
+
+def _head_norm_state(m: Module, s: ScheduleIn, name: str, layer: int, is_k: bool, count: int, nxt: str) -> None:
+    """Normalise each head of raw q (raw k) in place: started once q's rotation has ended (k's norm follows the K
+    projection, while q may still be rotating, and the norm's driver takes the first reader of raw q and of raw k,
+    which RoPE reads too), then waited for. Both waits are what plan.py counts."""
+    with m.State(name), m.If(~s.rope.running):
+        m.d.sync += s.head_norm.start(layer, is_k, count)
+        m.next = name + "_WAIT"
+    with m.State(name + "_WAIT"), m.If(~s.head_norm.running):
         m.next = nxt
 
 

@@ -1,8 +1,9 @@
-"""The units that run beside the schedule once started: the norm feeder and the RoPE driver.
+"""The units that run beside the schedule once started: the norm feeder, the RoPE driver and the head norm driver.
 
 The norm unit takes the residual either as the residual update streams it (fused: a beat per beat the
 epilogue writes) or from the residual memory, and writes its output words into the activation buffer.
-RoPE rotates q while the K projection runs and k while V runs, and ends itself.
+RoPE rotates q while the K projection runs and k while V runs, and ends itself. A per-head q/k norm (Qwen3)
+normalises raw q (or raw k) head by head in place, before its rotation starts, and ends itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .decoder_control import Control
 from .decoder_memories import Buffers, KvCache, Vectors
 from .norm import NormUnit
 from .rope import Rope
-from .word_runs import beat_bank_write, lane_group_write
+from .word_runs import beat_bank_write, lane_group_write, run_into
 
 
 class NormLink:
@@ -137,3 +138,41 @@ def k_write(m: Module, dims: Dims, kv: KvCache, control: Control, el: Value, val
     slot = control.kv_slot
     beat_bank_write(m, kv.k_wr, slot, control.layer_sel * kv.k_layer + (slot // dims.attn_rows) * dims.c_kv +
                     el // dims.lanes, el % dims.lanes, [val], 1, en)
+
+
+class HeadNormDriver:
+    """The head norm driver's registers: the schedule starts the per-head norm of raw q or raw k (`start`), which
+    ends itself (`running` falls) once every head is back in place."""
+
+    def __init__(self, qdim: int, sites: int) -> None:
+        self.n_in, self.n_out = Signal(range(qdim + 1)), Signal(range(qdim + 1))  # elements in, elements written back
+        self.count = Signal(range(qdim + 1), name="head_norm_count")  # elements of all heads: q's or k's
+        self.sel = Signal(range(max(2, sites)), name="head_norm_sel")  # the site: 2 * layer + (1 for k)
+        self.is_k, self.running = Signal(), Signal()
+
+    def start(self, layer: int, is_k: bool, count: int) -> list:
+        """The statements that start normalising the `count` elements (whole heads) of raw k (is_k) or raw q."""
+        return [self.running.eq(1), self.is_k.eq(is_k), self.sel.eq(2 * layer + is_k), self.count.eq(count),
+                self.n_in.eq(0), self.n_out.eq(0)]
+
+
+def build_head_norm_driver(m: Module, qm: QModel, dims: Dims, unit: NormUnit | None, vectors: Vectors) -> HeadNormDriver:
+    """Raw q or raw k, an element per cycle, through the head-wide norm unit (one head per vector: its input waits
+    while the unit finishes a head) and back into the same places, int12 (numerics §6)."""
+    drv = HeadNormDriver(max(dims.qdim, dims.kvdim), 2 * qm.config.n_layers)
+    if unit is None:
+        return drv
+    m.d.comb += [unit.site.eq(drv.sel), unit.o.ready.eq(1)]
+    with m.If(drv.running):
+        m.d.comb += [unit.i.payload.count.eq(1), vectors.rq1.addr.eq(drv.n_in), vectors.rk1.addr.eq(drv.n_in),
+                     unit.i.valid.eq(drv.n_in < drv.count),
+                     unit.i.payload.values[0].eq(Mux(drv.is_k, vectors.rk1.data, vectors.rq1.data))]
+        with m.If(unit.i.valid & unit.i.ready):
+            m.d.sync += drv.n_in.eq(drv.n_in + 1)
+        with m.If(unit.o.valid):  # element n_out, normalised, back into its place
+            m.d.sync += drv.n_out.eq(drv.n_out + 1)
+            for vec, is_k in ((vectors.raw_q, 0), (vectors.raw_k, 1)):
+                run_into(m, vec, drv.n_out, [unit.o.payload[0]], 1, drv.is_k == is_k)
+        with m.If((drv.n_out == drv.count) & ~unit.o.valid):
+            m.d.sync += drv.running.eq(0)
+    return drv

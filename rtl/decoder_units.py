@@ -37,6 +37,7 @@ class Units:
     softmax_in: SkidBuffer  # the softmax's input register
     acts: list[Glu | TableLookup]  # one per epilogue lane, every layer's table, chosen by its `site`
     rope: Rope | None  # None: learned positions
+    head_norm: NormUnit | None  # every per-head q/k norm (sites q0, k0, q1, ...), one head at a time; None: none
     argmax: Argmax
 
 
@@ -82,7 +83,12 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
     rope = None
     if cfg.positions == "rope":
         m.submodules.rope = rope = Rope(qm.rope_cos, qm.rope_sin, in_bits=dims.raw_bits)
+    head_norm = None
+    if cfg.qk_norm:  # a norm unit of its own, head_dim wide, an element per cycle: the shared one is d_model wide
+        head_sites = [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)
+                      for layer in qm.layers for qn in (layer.q_norm, layer.k_norm)]
+        m.submodules.head_norm = head_norm = NormUnit(dims.hd, "rms", head_sites)
     m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size, dims.wide)
     return Units(macs=macs, serializer=serializer, rescales=rescales, emb_rescale=emb_rescale, norm_unit=norm_unit,
                  norm_names=list(norm_sites), softmax=softmax, softmax_in=softmax_in, acts=acts, rope=rope,
-                 argmax=argmax)
+                 head_norm=head_norm, argmax=argmax)

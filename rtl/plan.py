@@ -104,8 +104,9 @@ def plan_from_report(report: dict) -> HardwarePlan:
 class Phase:
     """One step of a token's schedule."""
 
-    kind: str  # "embed", "norm", "matvec", "lora_a", "rope", "copy", "scores", "softmax", "pv", "argmax", "handshake",
-    #            "receive", "send" (a chain's boards: the residual in from the board before, out to the board after)
+    kind: str  # "embed", "norm", "matvec", "lora_a", "qk_norm", "rope", "copy", "scores", "softmax", "pv", "argmax",
+    #            "handshake", "receive", "send" (a chain's boards: the residual in from the board before, out to the
+    #            board after)
     name: str  # what it works on: "layers.0.q", "layers.1.head2", ...
     macs: int  # model multiply-accumulates (LoRA's are not model work: 0)
     cycles: int  # clock cycles in the RTL, beside what overlaps it
@@ -154,6 +155,15 @@ def norm_tail_cycles(qm: QModel, plan: HardwarePlan) -> int:
     words = -(-qm.config.d_model // plan.vector_lanes)
     tail = 2 * words + 10 if qm.config.norm == "layer" else words + 9
     return tail + NORM_INPUT_STAGE + RESCALE_LATENCY
+
+
+def head_norm_cycles(qm: QModel, heads: int) -> int:
+    """A per-head q/k norm over `heads` heads of raw q or k (rtl/decoder_side.py's driver, its own norm unit an
+    element per cycle): per head the unit's rms vector (hd in, its drain, sums, table and rescale, hd out: hd + w + 15
+    with w = hd words of one lane, rtl/norm.py), and 3 states: the start, the cycle after the last write in which
+    the driver stops, the one in which the schedule sees it."""
+    hd = qm.config.head_dim
+    return heads * (2 * hd + 10 + RESCALE_LATENCY) + 3
 
 
 def layer_windows(qm: QModel) -> list[int | None]:
@@ -214,6 +224,10 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
             phases.append(_matvec("matvec", f"{prefix}.{site}", *getattr(layer, site).codes.shape, rows, plan,
                                   width=epilogue_width(qm, plan, site)))
+            if site in ("q", "k") and getattr(layer, f"{site}_norm") is not None:  # each head normalised in place
+                cycles = head_norm_cycles(qm, cfg.n_heads if site == "q" else cfg.n_kv_heads)
+                work = 2 * (cfg.n_heads if site == "q" else cfg.n_kv_heads) * hd  # an element a cycle in, one out
+                phases.append(Phase("qk_norm", f"{prefix}.{site}_norm", 0, cycles, cycles - work))
         k_cycles = next(p.cycles for p in reversed(phases) if p.name == f"{prefix}.k")
         v_cycles = phases[-1].cycles
         if cfg.positions == "rope":  # q rotates during the K projection, k during V; only an overhang costs

@@ -218,13 +218,31 @@ def hf_cohere(seed: int = 0) -> torch.nn.Module:
 
 
 def hf_qwen3(seed: int = 0) -> torch.nn.Module:
-    """Qwen3: Llama's block with an RMSNorm on each head of q and k (refused: the chip has no head-wide norm)."""
+    """Qwen3: Llama's block with an RMSNorm on each head of q and k, after their projections and before RoPE."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX, tie_word_embeddings=True)
     return perturb(Qwen3ForCausalLM(cfg), seed)
+
+
+def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
+    """Gemma 3: per-head q/k norms with (1 + w) gains, a score scale of query_pre_attn_scalar^-0.5 (24, not the
+    head's 16), local layers (a window of 16), and norms of the attention's and the MLP's outputs before each residual
+    Add (refused by name). post_norms=False replaces those with identities: a pre-norm block that imports."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX,
+                           sliding_window=16, query_pre_attn_scalar=24, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = perturb(Gemma3ForCausalLM(cfg), seed)
+    if not post_norms:
+        for layer in model.model.layers:
+            layer.post_attention_layernorm = torch.nn.Identity()
+            layer.post_feedforward_layernorm = torch.nn.Identity()
+    return model
 
 
 def hf_gemma2(seed: int = 0) -> torch.nn.Module:
@@ -247,5 +265,7 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "granite": hf_granite,
     "cohere": hf_cohere,
     "qwen3": hf_qwen3,
+    "gemma3": hf_gemma3,
+    "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
     "gemma2": hf_gemma2,
 }

@@ -1,7 +1,8 @@
-"""The families of issue 35 that need no new hardware: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
+"""The families of issue 35: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
-scale); and the refusals, by name, of what the chip does not compute (Qwen3's q/k norm, Gemma 2's soft-capping).
+scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
+and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
 proven against onnxruntime; the checks below compare the IR with the Hugging Face model's own parameters, so that a
@@ -25,6 +26,7 @@ from hardwire.quant.tables import ROPE_BITS, rope_tables
 
 SCALED_ROPE = "RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)"
 INTERLEAVED = "interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)"
+QK_NORM = "per-head q/k norm (RMSNorm of each head of q and k before RoPE)"
 
 
 def _np(tensor: torch.Tensor) -> np.ndarray:
@@ -163,12 +165,65 @@ def _refused(path, pattern: str) -> None:
     assert re.fullmatch(pattern, str(info.value)), str(info.value)
 
 
-def test_qwen3_qk_norm_is_refused_by_name(exported):
-    """Qwen3 normalises each head of q and k: recovered structure the IR has no field for, refused by name before any
-    proof (which would fail at 0.2 x max |logit| without saying why)."""
-    _, path = exported("qwen3")
+def test_qwen3_per_head_qk_norm(exported):
+    """Qwen3 normalises each head of q and k (RMSNorm over head_dim, its own gain) before RoPE: recovered by data
+    flow into Layer.q_norm / k_norm, proven, and equal to the Hugging Face model's gains and logits."""
+    model, ir = _proven(exported, "qwen3")
+    cfg = ir.config
+    assert cfg.qk_norm and cfg.features == (QK_NORM,) and cfg.folded == ()
+    assert cfg.head_dim == 16 and cfg.norm_eps == model.config.rms_norm_eps
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        assert np.array_equal(layer.q_norm.weight, _np(hf.self_attn.q_norm.weight).astype(np.float32))
+        assert np.array_equal(layer.k_norm.weight, _np(hf.self_attn.k_norm.weight).astype(np.float32))
+        assert layer.q_norm.bias is None and layer.k_norm.bias is None
+        assert not np.allclose(layer.q_norm.weight, 1.0)  # perturbed: a gain left out would show
+    _same_logits_as_hf(model, ir)
+
+
+def test_gemma3_qk_norm_takes_the_score_scale(exported):
+    """Gemma 3's per-head q/k norms ((1 + w) gains) behind a score scale of 24^-0.5 for heads of 16: the scale goes
+    into q's norm gain (into q's rows the norm would undo it), proven, equal to Hugging Face's logits. Its post-sublayer
+    norms are identities in this export (test_gemma3_post_sublayer_norms_are_refused_by_name)."""
+    model, ir = _proven(exported, "gemma3-prenorm")
+    cfg = ir.config
+    assert cfg.qk_norm and cfg.attn_windows == (16, 16)
+    factor = math.sqrt(16 / 24)
+    assert cfg.folded == ("embedding scale 8 (into the table)",
+                          f"score scale {1 / math.sqrt(24):g} instead of 1/sqrt(head_dim) (q's norm gain times "
+                          f"{float(np.float32(factor)):g})")
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        gain = 1 + _np(hf.self_attn.q_norm.weight)
+        assert np.allclose(layer.q_norm.weight, factor * gain, rtol=1e-6)
+        assert np.allclose(layer.k_norm.weight, 1 + _np(hf.self_attn.k_norm.weight), rtol=1e-6)
+        assert np.array_equal(layer.q.weight, _np(hf.self_attn.q_proj.weight).astype(np.float32))  # q's rows as they are
+    _same_logits_as_hf(model, ir)
+
+
+def test_gemma3_post_sublayer_norms_are_refused_by_name(exported):
+    """Gemma 3 norms the attention's output before its residual Add: refused naming the norm, not by the proof."""
+    _, path = exported("gemma3")
     _refused(path, re.escape(f"{path}: could not place ") + r"\w+ node '[^']+'" + re.escape(
-        ": a norm of q before the scores (per-head q/k norm: Qwen3, OLMo-2, Gemma 3) is not supported"))
+        ": a norm of the attention's output before the residual Add (a post-sublayer norm: Gemma 2, Gemma 3) is not "
+        "supported"))
+
+
+def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
+    """Qwen3's graph with each layer's k norm cut out (k goes to its transpose as projected): a q norm alone is
+    refused naming it, before any proof."""
+    _, path = exported("qwen3")
+    proto = onnx.load(path)
+    nodes = list(proto.graph.node)
+    producer = {out: n for n in nodes for out in n.output}
+    for gain in [n for n in nodes if n.op_type == "Mul" and any("k_norm" in i for i in n.input)]:
+        scaled = producer[next(i for i in gain.input if "k_norm" not in i)]  # k * rsqrt(mean(k^2) + eps)
+        view = next(i for i in scaled.input if producer[i].op_type == "Reshape")  # k as projected, per head
+        transpose = next(n for n in nodes if n.op_type == "Transpose" and gain.output[0] in n.input)
+        transpose.input[0] = view  # the norm is left hanging: k reaches RoPE as projected
+    bad = tmp_path / "q_norm_only.onnx"
+    onnx.save(proto, bad)
+    _refused(bad, re.escape(f"{bad}: could not place Mul node '") + r"[^']+" + re.escape(
+        "': a norm of q before the scores without one of k is not supported; supported: a per-head norm of both "
+        "(Qwen3, Gemma 3)"))
 
 
 def test_gemma2_soft_capping_is_refused_by_name(exported):
@@ -196,7 +251,8 @@ def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
 
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
-    ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24)])
+    ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
@@ -217,6 +273,69 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     tokens = ReferenceDecoder(qm).generate([5, 17, 3], 8)
     seq = torch.tensor([[5, 17, 3, *tokens[:-1]]])
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
+
+
+def _signed_qk_gains(exported):
+    """Qwen3's IR with every third q/k norm gain negated and gain 5 zero."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Norm
+
+    ir = load(exported("qwen3")[1], verify=False)
+
+    def signed(norm: Norm) -> Norm:
+        w = norm.weight.copy()
+        w[::3] *= -1
+        w[5] = 0.0
+        return Norm(w)
+
+    return dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=signed(layer.q_norm),
+                                                                    k_norm=signed(layer.k_norm)) for layer in ir.layers))
+
+
+def test_qk_norm_gains_of_any_sign(exported):
+    """The chip's q/k norm multipliers hold magnitudes: a negative gain's sign goes into its row of each head of the
+    projection (fold_qk_signs), and a zero gain gets a vanishing multiplier. Qwen3 with every third gain negated and
+    one zero decodes in the integer reference as closely as the model itself does, and the projection's output steps
+    (what the host's LoRA reads) carry the signs."""
+    from hardwire.quant.reference import forward
+
+    ir = _signed_qk_gains(exported)
+    qm = quantize(ir, "int8", context=24)
+    assert int(qm.layers[0].q_norm.shift[5]) == 62 and int(qm.layers[0].q_norm.mult[5]) == 1  # a zero gain: 0 out
+    out_steps = np.array(qm.steps["layers.0.q"][1])
+    assert (np.sign(out_steps) == np.tile(np.where(ir.layers[0].q_norm.weight < 0, -1, 1), 4)).all()
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
+    got = forward(qm, ids).double() * qm.scales["logits"]
+    want = float_forward(ir, ids).double()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+    assert (got - want).abs().max() <= 0.08 * want.abs().max()
+
+
+def test_lora_on_q_before_signed_qk_norm_gains(exported):
+    """A host LoRA adapter on q (before its norm) moves the integer decoder as the float merged model says, the rows
+    whose gain's sign the chip holds in q's rows included: quantize_lora reads their negative output steps."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Linear
+    from hardwire.quant.lora import quantize_lora
+    from hardwire.quant.qmodel import LoraSpec
+    from hardwire.quant.reference import forward
+
+    ir = _signed_qk_gains(exported)
+    qm = quantize(ir, "int8", context=32, lora=LoraSpec(4, ("q",)))
+    rng = np.random.default_rng(3)
+    adapters, layers = {}, list(ir.layers)
+    for i, layer in enumerate(ir.layers):
+        a, b = rng.normal(size=(4, 64)) * 0.15, rng.normal(size=(64, 4)) * 0.15  # larger: q saturates its int12
+        adapters[i, "q"] = quantize_lora(qm, i, "q", a, b, alpha=8.0)
+        layers[i] = dataclasses.replace(layer, q=Linear(layer.q.weight + (8.0 / 4) * (b @ a).astype(np.float32)))
+    merged = dataclasses.replace(ir, layers=tuple(layers))
+    ids = torch.randint(0, 96, (4, 32), generator=torch.Generator().manual_seed(0))
+    target = float_forward(merged, ids).argmax(-1)
+    agree_with = float((forward(qm, ids, adapters).argmax(-1) == target).double().mean())
+    agree_without = float((forward(qm, ids).argmax(-1) == target).double().mean())
+    assert agree_without < 0.6 and agree_with > 0.85, (agree_without, agree_with)
 
 
 def test_float_decoder_has_the_schedule(exported):

@@ -99,6 +99,32 @@ def test_hf_family_token_exact(exported, tmp_path, family, scheme):
     assert result.match and result.outputs == want and len(result.tokens) == 8
 
 
+QWEN3_PROMPT = [3, 9, 27, 40, 2, 77]  # its outputs vary and change under every break, the q/k norm skipped included
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_qwen3_per_head_qk_norm_token_exact(exported, tmp_path, scheme):
+    """Qwen3's per-head q/k norm on the chip: raw q (then raw k) normalised head by head in place by a head-wide norm
+    unit before RoPE reads it (numerics §6), token for token with the reference in int8 and int4, the int8 case with
+    every token's cycles equal to the plan's (its qk_norm phases), the int4 case under idle input and backpressure.
+    The case catches every break, the norm skipped (q and k into RoPE as projected) among them."""
+    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+    ir = _hf_ir(exported, "qwen3")
+    assert ir.config.qk_norm
+    qm = quantize(ir, scheme, context=24)
+    assert "qk_norm_skipped" in breaks(qm)
+    want = assert_case_catches(qm, QWEN3_PROMPT, 8)
+    compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
+    timed = scheme == "int8"
+    result = simulate(tmp_path, QWEN3_PROMPT, 8, seed=4, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
+                      optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 8
+    if timed:
+        plan = HardwarePlan(lanes=8)
+        assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
+
+
 @pytest.mark.xdist_group("bundled_int8")
 def test_bundled_model_generates_16_tokens(bundled_int8, tmp_path):
     """16 tokens keep the suite within 15 minutes; the reference's own golden test runs 32, `make demo` simulates 32."""
