@@ -70,10 +70,14 @@ class ShapeChoice:
     cycles: int  # cycles per token at `position`, from the schedule
     position: int
     sized: bool  # True: the --rows auto shape for the board; False: given
+    boards: int = 1  # a chain: the shape of each board, fitted on the stage that stores most
 
     def summary(self) -> str:
         """The line `hardwire compile --rows auto` has always printed; a given shape is named as such."""
         head = f"sized for the {self.fit.part.title}" if self.sized else "as given"
+        if self.boards > 1:  # the chain's cycles per token follow in the build's summary
+            return (f"{head}: {self.plan.shape} on each of {self.boards} boards ({self.plan.macs_per_cycle} MACs/cycle "
+                    f"each); the board that stores most: {self.fit.summary()}")
         return (f"{head}: {self.plan.shape} ({self.plan.macs_per_cycle} MACs/cycle), {self.cycles:,} cycles/token at "
                 f"position {self.position}; {self.fit.summary()}")
 
@@ -95,12 +99,12 @@ def size_for_board(quantise: Callable[[str], QModel], part: Part, *, scheme: str
         try:
             if given is None:
                 chosen, fit, cycles = choose_plan(on_board, part, storage)
-                shape = ShapeChoice(chosen, fit, cycles, qm.context // 2, sized=True)
+                shape = ShapeChoice(chosen, fit, cycles, qm.context // 2, sized=True, boards=boards)
             else:
                 fit = estimate_model(on_board, part, given, label=f"{name}, {given.shape}")
                 fit.check()
-                shape = ShapeChoice(given, fit, cycles_per_token_estimate(qm, given, qm.context // 2),
-                                    qm.context // 2, sized=False)
+                shape = ShapeChoice(given, fit, cycles_per_token_estimate(on_board, given, qm.context // 2),
+                                    qm.context // 2, sized=False, boards=boards)
         except FitError as err:
             if scheme is not None:
                 raise

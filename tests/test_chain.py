@@ -11,6 +11,7 @@ into slot k + 1, and ignoring the first element's new-sequence flag): both cases
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -103,6 +104,10 @@ def test_cli_compile_boards(exported, tmp_path, capsys):
     assert ", 2 boards: layers 0..0, 1..1) ...\n" in out
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     assert (report["boards"], report["stages"]) == (2, [[0, 1], [1, 2]])
+    assert main(["compile", str(path), "--boards", "2", "--board", "ulx3s", "--quant", "int8", "-o",
+                 str(tmp_path / "d")]) == 0
+    assert re.search(r"\nsized for the ULX3S-85F: .* on each of 2 boards \(\d+ MACs/cycle each\); the board that "
+                     r"stores most: \d+ of 208 DP16KD", capsys.readouterr().out)
     assert main(["build", str(tmp_path / "b"), "--board", "ulx3s"]) == 2
     assert capsys.readouterr().err == (f"hardwire: error: {tmp_path / 'b'} is a chain of 2 boards (hardwire compile "
                                        "--boards 2); building each board of a chain is not supported yet: `hardwire "
