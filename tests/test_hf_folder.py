@@ -101,11 +101,23 @@ def test_folder_that_is_not_a_causal_lm(tmp_path, capsys):
                                       "architecture ending in ForCausalLM or LMHeadModel)\n")
 
 
+@pytest.mark.parametrize("family", ["phi3", "gptj", "granite", "cohere"])
+def test_inspect_folders_of_the_2025_families(family, tmp_path, capsys):
+    """Saved folders of the families issue 35 added (Phi-3's sliced qkv, GPT-J's and Cohere's interleaved RoPE,
+    Granite's multipliers) export offline and import with proof PASS, as their ONNX exports do."""
+    from exports import FAMILIES_2025
+
+    folder = tmp_path / family
+    FAMILIES_2025[family]().save_pretrained(folder)
+    assert main(["inspect", str(folder)]) == 0
+    assert "PASS: max |IR - onnxruntime|" in capsys.readouterr().out
+
+
 def test_folder_of_an_unsupported_family(tmp_path, capsys):
     folder = _folder(tmp_path, {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}, weights=True)
     assert _error(capsys, folder) == (f"hardwire: error: {folder}: model_type 'mamba' (MambaForCausalLM) is not a "
                                       "family hardwire imports; supported: llama, qwen2, qwen3, mistral, gpt2, gpt_neox, "
-                                      "gemma, gpt_neo, opt, phi\n")
+                                      "gemma, gpt_neo, opt, phi, phi3, gptj, granite, cohere\n")
 
 
 def test_folder_without_safetensors(tmp_path, capsys):
