@@ -70,6 +70,8 @@ class Part:
     #                                   limit known); --rows auto picks nothing wider
     routable_input_bits: int | None = None  # code bits into the row units per cycle (rtl/plan.py row_input_bits) of
     #                                         the widest engine measured to route; --rows auto picks nothing wider
+    routable_attention_rows: int | None = None  # the most attention rows (KV cache banks) of an engine measured to
+    #                                             route; --rows auto picks no more
     platform: str = ""  # the board's platform class, "module:Class" (amaranth-boards, or boards/gowin.py)
     loader_board: str = ""  # openFPGALoader's -b name for the board (`openFPGALoader --list-boards`)
     leds: str = "four"  # how the four status LEDs land: "four" (led 0-3), "pair" (led 0: heartbeat and tokens, led 1:
@@ -118,10 +120,14 @@ ULX3S_85F = Part(
     routable_macs=128,  # int4 4 rows x 32 lanes (attention on 1, softmax on 8, 1 shift-add row) routed with
     #                     nextpnr's router2 in 33 minutes (2026-12-07, 57,243 LUT4, 198 DP16KD, 152 MULT18X18D); with
     #                     router1 no 128-MAC shape routed in an hour (2026-12-06). Nothing wider has been tried
-    routable_input_bits=640)  # that engine's rows take 32 x 8 (attention row) + 3 x 32 x 4 = 640 code bits a cycle;
-#   the routed mixed36 4 x 16 (attention on 2) 448, int4 2 x 32 512. 128 MACs are not enough of a rule: the word-piece
-#   model's int8 8 x 16 (attention on 4, epilogue on 2), 1,024 bits, did not route (router2 diverging after 31
-#   iterations, 70 min, 2026-12-07): 8-bit codes double the wiring into the row units at the same MACs
+    routable_input_bits=640,  # that engine's rows take 32 x 8 (attention row) + 3 x 32 x 4 = 640 code bits a cycle;
+    #   the routed mixed36 4 x 16 (attention on 2) 448, int4 2 x 32 512. 128 MACs are not enough of a rule: the
+    #   word-piece model's int8 8 x 16 (attention on 4, epilogue on 2), 1,024 bits, did not route (router2 diverging
+    #   after 31 iterations, 70 min, 2026-12-07)
+    routable_attention_rows=2)  # and nor did its int8 4 x 16 with attention on 4 (512 bits, 49% of the LUT4s, 186
+#   DP16KD): router2 came down to 723 overused wires at iteration 33, then climbed to 3,429 at iteration 70 (76 min,
+#   2026-12-07 late, stopped). Every engine that routed had attention on 1 or 2 (four KV banks, each written by the
+#   epilogue and read by its own row unit, are what both unrouted builds share); a shape with 2 is the widest measured
 
 ICEBREAKER = Part(
     board="icebreaker", title="iCEBreaker", device="iCE40UP5K", family="ice40",
@@ -150,7 +156,8 @@ def _ecp5(board: str, title: str, device: str, luts: int, ebr: int, mults: int, 
     dsps = mults > OTHER_DSPS
     return replace(ULX3S_85F, board=board, title=title, device=device, luts=luts, ffs=luts, bram_blocks=ebr, dsps=mults,
                    infers_dsps=dsps, min_decoder_luts=ULX3S_85F.min_decoder_luts if dsps else NODSP_MIN_DECODER_LUTS,
-                   routable_macs=None, routable_input_bits=None, sources=_ECP5_SOURCE, **board_fields)
+                   routable_macs=None, routable_input_bits=None, routable_attention_rows=None,
+                   sources=_ECP5_SOURCE, **board_fields)
 
 
 ULX3S_85F = replace(ULX3S_85F, platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", loader_board="ulx3s",
@@ -460,7 +467,7 @@ def candidate_plans(qm: QModel, storage: str) -> list[HardwarePlan]:
 def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, FitEstimate, int]:
     """The engine shape with the fewest cycles per token (middle of the context) whose block RAM fits the part with
     its margin (`Part.bram_margin`) and that is no wider than the part's measured routable limits (`routable_macs`,
-    `routable_input_bits`);
+    `routable_input_bits`, `routable_attention_rows`);
     as many row units as the part's multipliers allow (beside the rest of the decoder) multiply on DSP blocks, the
     others by shift-add in the fabric, within a share of the LUTs. Ties go to fewer MACs per cycle, then fewer
     shift-add LUTs.
@@ -476,6 +483,9 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
             continue  # wider than any engine measured to route on this part
         if part.routable_input_bits is not None and row_input_bits(qm, plan) > part.routable_input_bits:
             continue  # more wiring into the row units than any engine measured to route
+        if (part.routable_attention_rows is not None and
+                plan.attn_rows(qm.config.head_dim) > part.routable_attention_rows):
+            continue  # more KV cache banks than any engine measured to route
         others = part.other_dsps + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
         if part.infers_dsps:
             dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes))

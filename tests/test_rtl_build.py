@@ -117,8 +117,9 @@ def test_cli_compile_sizes_the_engine_for_the_board(exported, tmp_path, capsys):
 
 
 def test_rows_auto_keeps_within_the_routable_wiring(exported, tmp_path):
-    """--rows auto never picks an engine with more code bits into its row units than the part's measured routable
-    limit; the limit bites (without it the same part gets a wider engine), and the 85F's routed build sits at it."""
+    """--rows auto never picks an engine with more code bits into its row units, or more attention rows, than the
+    part's measured routable limits; each bites (without it the same part gets a wider engine), and the 85F's routed
+    build sits at the first."""
     from dataclasses import replace
 
     from hardwire.boards.parts import ULX3S_85F, choose_plan
@@ -133,6 +134,9 @@ def test_rows_auto_keeps_within_the_routable_wiring(exported, tmp_path):
     limit = row_input_bits(qm, wide) // 2
     plan, _, _ = choose_plan(qm, replace(unlimited, routable_input_bits=limit), "rom")
     assert row_input_bits(qm, plan) <= limit < row_input_bits(qm, wide)
+    hd = qm.config.head_dim
+    one, _, _ = choose_plan(qm, replace(unlimited, routable_attention_rows=1), "rom")
+    assert one.attn_rows(hd) == 1 < wide.attn_rows(hd)  # no more KV banks than measured to route
     routed = HardwarePlan(rows=4, lanes=32, attention_rows=1, dsp_rows=3)  # the int4 build routed on 2026-12-07
     assert sum(routed.lanes * bits for bits in (8, 4, 4, 4)) == ULX3S_85F.routable_input_bits
 
