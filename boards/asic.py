@@ -109,11 +109,17 @@ _MEMORY = re.compile(r"^\s*reg (?:\[\d+:\d+\] )?(\\\S+ |[A-Za-z_][A-Za-z0-9_$]*)
 _INIT_WORD = re.compile(r"^\s*(\\\S+ |[A-Za-z_][A-Za-z0-9_$]*)\[(\d+)\] = \d+'([hd])([0-9a-fA-F]+);$")
 
 
-def readmem_inits(verilog: str, work: Path) -> str:
-    """The Verilog with every memory's `initial begin mem[i] = W'hX; ... end` (or W'dN) block replaced by `$readmemh` of a file
-    in `work` holding the same words. yosys's Verilog frontend takes time quadratic in the assignments of one initial
-    block (YosysHQ/yosys#4601): the word-piece model's 28,928-word weight bank took ~20 minutes to read, against about
-    a second as $readmemh; the memory's INIT, and so the netlist, is the same. Blocks of any other form are kept."""
+READMEM_WORDS = 1024  # initial blocks of more words than this are handed to yosys as $readmemh files
+
+
+def readmem_inits(verilog: str, work: Path, min_words: int = READMEM_WORDS + 1) -> str:
+    """The Verilog with the `initial begin mem[i] = W'hX; ... end` (or W'dN) block of every memory of at least
+    `min_words` words replaced by `$readmemh` of a file in `work` holding the same words. yosys's Verilog frontend
+    takes time quadratic in the assignments of one initial block (YosysHQ/yosys#4601): the word-piece model's
+    28,928-word weight bank kept it busy 22 minutes here, against seconds as $readmemh. The memory's INIT is the same;
+    the logic around it can map a little differently (ABC meets the nets in another order: 0.2% of the word-piece ROM
+    build's cell area). Smaller blocks, and blocks of any other form, are kept as written, so builds of the size the
+    stored fit points and tests have are synthesised exactly as before."""
     memories = set(_MEMORY.findall(verilog))  # only arrays declared as memories: `reg [W:0] name [D:0];`
     lines = verilog.split("\n")
     out: list[str] = []
@@ -130,7 +136,8 @@ def readmem_inits(verilog: str, work: Path) -> str:
             end += 1
         matches = [_INIT_WORD.match(body) for body in lines[i + 1:end]]
         names = {m.group(1) for m in matches if m}
-        if end == len(lines) or not matches or not all(matches) or len(names) != 1 or not names <= memories:
+        if end == len(lines) or len(matches) < min_words or not all(matches) or len(names) != 1 or \
+                not names <= memories:
             out.append(line)
             i += 1
             continue
