@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -104,6 +105,58 @@ write_json asic_netlist.json
 """
 
 
+_MEMORY = re.compile(r"^\s*reg (?:\[\d+:\d+\] )?(\\\S+ |[A-Za-z_][A-Za-z0-9_$]*) ?\[\d+:\d+\];$", re.M)
+_INIT_WORD = re.compile(r"^\s*(\\\S+ |[A-Za-z_][A-Za-z0-9_$]*)\[(\d+)\] = \d+'([hd])([0-9a-fA-F]+);$")
+
+
+READMEM_WORDS = 1024  # initial blocks of more words than this are handed to yosys as $readmemh files
+
+
+def readmem_inits(verilog: str, work: Path, min_words: int = READMEM_WORDS + 1) -> str:
+    """The Verilog with the `initial begin mem[i] = W'hX; ... end` (or W'dN) block of every memory of at least
+    `min_words` words replaced by `$readmemh` of a file in `work` holding the same words. yosys's Verilog frontend
+    takes time quadratic in the assignments of one initial block (YosysHQ/yosys#4601): the word-piece model's
+    28,928-word weight bank kept it busy 22 minutes here, against seconds as $readmemh. The memory's INIT is the same;
+    the logic around it can map a little differently (ABC meets the nets in another order: 0.2% of the word-piece ROM
+    build's cell area). Smaller blocks, and blocks of any other form, are kept as written, so builds of the size the
+    stored fit points and tests have are synthesised exactly as before."""
+    memories = set(_MEMORY.findall(verilog))  # only arrays declared as memories: `reg [W:0] name [D:0];`
+    lines = verilog.split("\n")
+    out: list[str] = []
+    files = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() != "initial begin":
+            out.append(line)
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != "end":
+            end += 1
+        matches = [_INIT_WORD.match(body) for body in lines[i + 1:end]]
+        names = {m.group(1) for m in matches if m}
+        if end == len(lines) or len(matches) < min_words or not all(matches) or len(names) != 1 or \
+                not names <= memories:
+            out.append(line)
+            i += 1
+            continue
+        words, expect = [], None
+        for m in matches:
+            address = int(m.group(2))
+            if address != expect:
+                words.append(f"@{address:x}")
+            words.append(m.group(4) if m.group(3) == "h" else f"{int(m.group(4)):x}")
+            expect = address + 1
+        name = f"init{files}.hex"
+        files += 1
+        (work / name).write_text("\n".join(words) + "\n")
+        indent = line[:len(line) - len(line.lstrip())]
+        out.append(f'{indent}initial $readmemh("{name}", {names.pop()});')
+        i = end + 1
+    return "\n".join(out)
+
+
 def build_asic(folder: Path, *, library: str = DEFAULT_LIBRARY, progress: bool = True) -> dict:
     """Cell area, cells by kind, flip-flops, the critical path, transistors and the memory macros of a build, on
     one standard-cell library; writes folder/build_asic.json."""
@@ -121,7 +174,7 @@ def build_asic(folder: Path, *, library: str = DEFAULT_LIBRARY, progress: bool =
     work = folder / "asic"
     shutil.rmtree(work, ignore_errors=True)  # nothing of an earlier run may be read as this one's
     work.mkdir()
-    (work / "decoder.v").write_bytes((folder / "decoder.v").read_bytes())
+    (work / "decoder.v").write_text(readmem_inits((folder / "decoder.v").read_text(), work))
     (work / "cells.lib").write_bytes(gzip.decompress(lib.liberty.read_bytes()))  # yowasp's yosys has no zlib
     (work / "asic.ys").write_text(_script(lib, storage))
     (work / "asic.abc").write_text(ABC_SCRIPT)

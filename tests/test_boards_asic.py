@@ -11,13 +11,15 @@ import gzip
 import json
 import math
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from random_ir import random_ir
 
-from hardwire.boards.asic import LIBRARIES, build_asic
+from hardwire.boards.asic import LIBRARIES, build_asic, readmem_inits
+from hardwire.boards.fpga import tool_command
 from hardwire.boards.liberty import parse_library, read_text, static_timing
 from hardwire.boards.rom_macro import SKY130, macro, organise
 from hardwire.cli import main
@@ -204,3 +206,54 @@ def test_unknown_library_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
     assert main(["build", str(folder), "--target", "asic", "--library", "nangate99"]) == 2
     assert capsys.readouterr().err == f"hardwire: error: {expected}\n"
     assert not (folder / "asic").exists() and not (folder / "build_asic.json").exists()
+
+
+def test_memory_inits_become_readmemh_with_the_same_words(tmp_path: Path) -> None:
+    """build_asic hands yosys `$readmemh` files for the initial blocks of memories over 1,024 words (yosys reads
+    thousands of `mem[i] = ...` assignments in time quadratic in their number): the words, gaps, decimal words and
+    escaped names are kept, smaller blocks and any block of another form are left alone."""
+    verilog = "\n".join([
+        "module m (clk);",
+        "  reg [7:0] mem [5:0];",
+        "  initial begin",
+        "    mem[0] = 8'hff;",
+        "    mem[1] = 8'h0a;",
+        "    mem[4] = 8'd17;",
+        "  end",
+        "  reg [3:0] \\buf  [1:0];",
+        "  initial begin",
+        "    \\buf [0] = 4'h3;",
+        "    \\buf [1] = 4'h0;",
+        "  end",
+        "  reg [3:0] r;",
+        "  initial begin",
+        "    r[0] = 1'h1;",
+        "  end",
+        "endmodule",
+    ])
+    assert readmem_inits(verilog, tmp_path) == verilog and not list(tmp_path.iterdir())  # small blocks: as written
+    out = readmem_inits(verilog, tmp_path, min_words=1)
+    assert 'initial $readmemh("init0.hex", mem);' in out and 'initial $readmemh("init1.hex", \\buf );' in out
+    assert (tmp_path / "init0.hex").read_text() == "@0\nff\n0a\n@4\n11\n"
+    assert (tmp_path / "init1.hex").read_text() == "@0\n3\n0\n"
+    assert "r[0] = 1'h1;" in out and not (tmp_path / "init2.hex").exists()  # not a memory: kept as written
+
+
+def _memory_inits(folder: Path, source: str) -> dict:
+    (folder / "m.ys").write_text(f"read_verilog {source}\nhierarchy -top {TOP_NAME}\nproc\nflatten\nmemory_collect\n"
+                                 f"write_json m.json\n")
+    subprocess.run([tool_command("yosys"), "-q", "m.ys"], cwd=folder, check=True, capture_output=True)
+    cells = json.loads((folder / "m.json").read_text())["modules"][TOP_NAME]["cells"].values()
+    mems = [(c["parameters"]["MEMID"], c["parameters"]["INIT"]) for c in cells if c["type"] == "$mem_v2"]
+    # the ROMs yosys makes of case statements are numbered as it goes: compared by their contents
+    return {"named": {k: v for k, v in mems if "$auto$" not in k}, "auto": sorted(v for k, v in mems if "$auto$" in k)}
+
+
+def test_readmemh_gives_yosys_the_same_memories(tmp_path: Path) -> None:
+    """The tiny ROM build's memories (weights, tables, KV cache) read by yosys from the rewritten Verilog have the
+    INIT of the Verilog as compiled, bit for bit."""
+    folder = _build(tmp_path / "rom", "rom")
+    (folder / "new.v").write_text(readmem_inits((folder / "decoder.v").read_text(), folder, min_words=1))
+    assert list(folder.glob("init*.hex"))
+    original = _memory_inits(folder, "decoder.v")
+    assert len(original["named"]) > 10 and _memory_inits(folder, "new.v") == original
