@@ -6,8 +6,8 @@ it); when none fits at the model's full context, the longest context (halving fr
 place and route runs: block RAM, multipliers and the LUT floor as boards/parts.py estimates them, in seconds per
 board. Writes a Markdown table (docs/boards.md holds its output) and prints it.
 
-    .venv/bin/python benchmarks/board_fit.py                # both bundled models, every board
-    .venv/bin/python benchmarks/board_fit.py --boards tang_nano_20k ulx3s_25f
+    .venv/bin/python benchmarks/board_fit.py                # the three bundled models, every board
+    .venv/bin/python benchmarks/board_fit.py --boards tang_nano_20k ulx3s_25f --models small
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ from hardwire.quant.quantize import quantize  # noqa: E402
 from hardwire.rtl.plan import HardwarePlan  # noqa: E402
 
 MODELS = {"character": ROOT / "models" / "tinyshakespeare.onnx",
-          "word-piece": ROOT / "models" / "tinyshakespeare_pieces.onnx"}
+          "word-piece": ROOT / "models" / "tinyshakespeare_pieces.onnx",
+          "small": ROOT / "models" / "tinyshakespeare_small.onnx"}
 MIN_CONTEXT = 8  # the shortest context tried before a board is called too small for the model
 
 
 def fit_cell(ir, board: str, cache: dict) -> str:
     """'int8: 2 x 16 ..., 150/208 BSRAM', 'int3 at context 64 of 128: ...' or 'no: REASON'. The schemes are tried
     at the model's full context; a shorter context only with the narrowest (int3), and not at all when int3's weight
-    ROMs alone outgrow the part's block RAM (no context helps then)."""
+    ROMs alone outgrow the part's block RAM (no context helps then). A part with fewer LUTs than the smallest decoder
+    measured (Part.min_decoder_luts) is refused without the search: no scheme, engine or context gets under it."""
     target = PARTS[board]
     full = ir.config.context
 
@@ -53,6 +55,11 @@ def fit_cell(ir, board: str, cache: dict) -> str:
             return None
         return f"{plan.shape}, {cycles:,} cycles/token, {fit.blocks}/{target.bram_blocks} {target.bram_name}"
 
+    if target.min_decoder_luts > target.luts:  # the smallest decoder measured needs more LUTs than the part has
+        qm = quantised(QUALITY_ORDER[-1], full)
+        smallest = estimate_model(qm, target, HardwarePlan(storage="rom", lanes=1), label="the decoder")
+        if smallest.bits("weights") <= target.bram_bits:  # (else the message below names the weights)
+            return "no, at any scheme and context: " + smallest.problems()[0]
     for scheme in QUALITY_ORDER:
         found = attempt(quantised(scheme, full))
         if found:

@@ -3,6 +3,8 @@
     python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/      # characters, 3 x 128
     python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/ --name tinyshakespeare_pieces \
         --pieces 512 --d-model 64 --layers 4 --ffn 172                               # word pieces, llama2.c 260K shape
+    python examples/train_tiny.py ../shared/data/tinyshakespeare.txt -o models/ --name tinyshakespeare_small \
+        --d-model 48 --layers 2 --heads 3 --ffn 128 --context 64 --threads 1         # characters, for the small boards
 
 Deterministic for a given seed and thread count. The last 10% of the corpus is the
 validation split, the same split the quality benchmarks use.
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=TinyLlamaConfig.n_layers)
     parser.add_argument("--heads", type=int, default=TinyLlamaConfig.n_heads)
     parser.add_argument("--ffn", type=int, default=TinyLlamaConfig.ffn)
+    parser.add_argument("--context", type=int, default=TinyLlamaConfig.context, help="longest sequence trained for")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -79,7 +82,7 @@ def main() -> None:
     print(f"vocabulary {len(vocab)}; {len(train_text) / len(train):.2f} characters per token")
 
     cfg = TinyLlamaConfig(vocab_size=len(vocab), d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                          ffn=args.ffn)
+                          ffn=args.ffn, context=args.context)
     model = TinyLlama(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"config {cfg}\nparameters {n_params}")

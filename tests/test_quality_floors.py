@@ -1,11 +1,12 @@
 """Floors on quality: the integer decoder against float on a fixed slice of validation text.
 
 Every token-exact test proves only that the RTL equals the reference; these fail when the
-quantiser gets worse. The slice is the first 16 windows of 128 tokens of the validation
-split (the last 10% of tinyshakespeare; its first 8,192 characters are in tests/data, so that
-the suite needs nothing outside the repository), on both bundled models: the character model and the
-word-piece model. Each case runs the integer decoder once and checks two figures against MEASURED
-(2026-12-07, on this slice; benchmarks/quality.py measures the same on the whole split):
+quantiser gets worse. The slice is the first 2,048 tokens of the validation split (the last 10% of
+tinyshakespeare; its first 8,192 characters are in tests/data, so that the suite needs nothing outside the
+repository) in 16 windows of 128 (32 of 64 for the small model, whose context is 64), on the three bundled
+models: the character model, the word-piece model and the small character model. Each case runs the
+integer decoder once and checks two figures against MEASURED (2026-12-07, on this slice; benchmarks/quality.py
+measures the same on the whole split):
 - top-1 agreement with float: its floor is the measured figure less 1 point (20 of the 2,048 tokens);
 - KL(float || integer decoder) per token, float's softmax against the softmax of the integer logits times
   qm.scales["logits"] (quant/divergence.py, as benchmarks/quality.py computes it): its ceiling is the
@@ -35,7 +36,8 @@ from hardwire.quant.quantize import default_calibration, quantize
 
 VALIDATION_HEAD = Path(__file__).resolve().parent / "data" / "tinyshakespeare_validation_head.txt"
 PIECES_MODEL = BUNDLED_MODEL.parent / "tinyshakespeare_pieces.onnx"
-WINDOWS, LENGTH = 16, 128
+SMALL_MODEL = BUNDLED_MODEL.parent / "tinyshakespeare_small.onnx"
+TOKENS, LENGTH = 2048, 128  # windows of LENGTH, or of the model's context when shorter
 AGREEMENT_MARGIN = 0.01  # floor = measured agreement - 1 point
 KL_MARGIN = 1.10  # ceiling = measured KL x 1.1
 MEASURED = {  # (top-1 agreement, KL nats/token), 2026-12-07, after group scales, act-order GPTQ, mixed36's budget with scales
@@ -45,13 +47,16 @@ MEASURED = {  # (top-1 agreement, KL nats/token), 2026-12-07, after group scales
     (PIECES_MODEL, "int8"): (0.9702, 0.00137), (PIECES_MODEL, "int4"): (0.7988, 0.0836),
     (PIECES_MODEL, "int3"): (0.6113, 0.358), (PIECES_MODEL, "mixed36"): (0.6929, 0.223),
     (PIECES_MODEL, "mxfp4"): (0.7402, 0.124),
+    (SMALL_MODEL, "int8"): (0.9609, 0.00250), (SMALL_MODEL, "int4"): (0.8271, 0.124),
+    (SMALL_MODEL, "int3"): (0.6113, 0.584), (SMALL_MODEL, "mixed36"): (0.7070, 0.324),
+    (SMALL_MODEL, "mxfp4"): (0.7568, 0.198),
 }
 
 
-def _slice(vocab: tuple[str, ...]) -> torch.Tensor:
+def _slice(vocab: tuple[str, ...], length: int) -> torch.Tensor:
     ids = encode(VALIDATION_HEAD.read_text(encoding="utf-8"), vocab)
-    assert len(ids) >= WINDOWS * LENGTH, f"{VALIDATION_HEAD} holds {len(ids)} tokens; the slice needs {WINDOWS * LENGTH}"
-    return torch.tensor(ids[: WINDOWS * LENGTH], dtype=torch.int64).view(WINDOWS, LENGTH)
+    assert len(ids) >= TOKENS, f"{VALIDATION_HEAD} holds {len(ids)} tokens; the slice needs {TOKENS}"
+    return torch.tensor(ids[:TOKENS], dtype=torch.int64).view(-1, length)
 
 
 SHARED = (BUNDLED_MODEL, "int8")  # quantised once per run by the session fixture bundled_int8 (conftest.py)
@@ -70,7 +75,7 @@ class _Model:
     quantisation's time (7 of 9 s on the character model, 4 of 5 on the word-piece model, one thread)."""
 
     ir: ModelIR
-    ids: torch.Tensor  # (16, 128) the slice
+    ids: torch.Tensor  # (16, 128) the slice ((32, 64) for the small model)
     float_logits: torch.Tensor  # (16, 128, vocab)
     calib_ids: torch.Tensor  # (32, 128) quantize's default calibration text (default_calibration)
 
@@ -86,7 +91,7 @@ def models() -> Callable[[Path], _Model]:
     def get(model: Path) -> _Model:
         if model not in cache:
             ir = load(model)
-            ids = _slice(ir.vocab)
+            ids = _slice(ir.vocab, min(LENGTH, ir.config.context or LENGTH))
             cache[model] = _Model(ir, ids, float_forward(ir, ids), default_calibration(ir))
         return cache[model]
 
