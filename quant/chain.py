@@ -11,17 +11,22 @@ chosen to even out the bits each board stores (weights and KV cache), the resour
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 from .qmodel import QModel, Stage
 
 MAX_BOARDS = 16
 
 
-def layer_bits(qm: QModel) -> list[int]:
-    """Bits each layer stores: its weight codes and its K and V cache (int8, the whole context)."""
+def kv_layer_bits(qm: QModel) -> int:
+    """Bits one layer's K and V cache stores: int8, the whole context."""
     cfg = qm.config
-    kv = 2 * qm.context * cfg.n_kv_heads * cfg.head_dim * 8
+    return 2 * qm.context * cfg.n_kv_heads * cfg.head_dim * 8
+
+
+def layer_bits(qm: QModel) -> list[int]:
+    """Bits each layer stores: its weight codes and its K and V cache."""
+    kv = kv_layer_bits(qm)
     bits = []
     for layer in qm.layers:
         lins = [getattr(layer, part) for part in ("q", "k", "v", "o", "gate", "up", "down")]
@@ -43,7 +48,7 @@ def split_layers(qm: QModel, boards: int) -> list[tuple[int, int]]:
     def stage_bits(first: int, end: int) -> int:
         return sum(bits[first:end]) + (embed if first == 0 else 0) + (head if end == n else 0)
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(first: int, k: int) -> tuple[int, tuple[int, ...]]:
         """(the largest stage, the stage ends) of layers first..n over k boards."""
         if k == 1:
@@ -76,6 +81,4 @@ def stages(qm: QModel, boards: int) -> list[QModel]:
 
 def largest_stage(qm: QModel, boards: int) -> QModel:
     """The stage that stores the most bits: the one a board's fit is checked on (every board has the same engine)."""
-    cfg = qm.config
-    kv = 2 * qm.context * cfg.n_kv_heads * cfg.head_dim * 8
-    return max(stages(qm, boards), key=lambda part: part.weight_bits + part.config.n_layers * kv)
+    return max(stages(qm, boards), key=lambda part: part.weight_bits + part.config.n_layers * kv_layer_bits(part))

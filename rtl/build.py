@@ -13,9 +13,9 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from ..quant.chain import split_layers, stages
+from ..quant.chain import stages
 from ..quant.qmodel import QLinear, QModel
-from .chain import LINK_LATENCY, Chain, chain_cycles
+from .chain import HOP_CYCLES, Chain, chain_cycles
 from .decoder import Decoder
 from .plan import HardwarePlan, cycles_per_token_estimate, latency_floor_cycles, macs_per_token, table_shapes, weight_bank_shapes
 
@@ -109,7 +109,8 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
     plan = top.boards[0].plan if parts else top.plan
     start = time.time()
     if progress:
-        on = f", {boards} boards: layers {', '.join(f'{a}..{b - 1}' for a, b in split_layers(qm, boards))}" if parts else ""
+        ranges = ", ".join(f"{p.stage.first_layer}..{p.stage.end_layer - 1}" for p in parts)
+        on = f", {boards} boards: layers {ranges}" if parts else ""
         print(f"generating Verilog ({storage} storage, {plan.shape}{on}) ...", flush=True)
     text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     elapsed = time.time() - start
@@ -134,7 +135,7 @@ def compile_to(qm: QModel, out: Path, *, lanes: int, storage: str, rows: int = 1
         verilog_seconds=round(elapsed, 1), tensor_formats=tensor_formats(qm), head_macs=int(qm.head.codes.numel()),
         vocab_weight_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors() if name in ("embed", "head")),
         boards=max(1, len(parts)), stages=[[p.stage.first_layer, p.stage.end_layer] for p in parts],
-        link_cycles=(len(parts) - 1) * (LINK_LATENCY + 1) if parts else 0)
+        link_cycles=(len(parts) - 1) * HOP_CYCLES if parts else 0)
     measured = {"verilog_seconds"}  # differs between identical runs: kept out of report.json
     fields = {k: v for k, v in report.__dict__.items() if k not in measured}
     (out / "report.json").write_text(json.dumps(fields, indent=1) + "\n")

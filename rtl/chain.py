@@ -11,6 +11,8 @@ separate clocks (the link would cross clock domains through a small FIFO on each
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
@@ -22,13 +24,14 @@ from .skid_buffer import SkidBuffer
 
 LINK_STAGES = 2  # registers on a link: one where the residual leaves a board, one where it enters the next
 LINK_LATENCY = LINK_STAGES * SKID_LATENCY
+HOP_CYCLES = LINK_LATENCY + 1  # a hop beyond the residual's elements: the link's registers, the receiver's hand-over
 
 
 def chain_cycles(stages: list[QModel], plan: HardwarePlan, position: int) -> int:
     """Cycles of one token through the chain, from the first board taking it to the last giving the next: each
     board's schedule, one after another (a token waits for the one before it), and each link's registers plus the
     cycle the receiving board takes to see the first element."""
-    return sum(cycles_per_token_estimate(qm, plan, position) for qm in stages) + (len(stages) - 1) * (LINK_LATENCY + 1)
+    return sum(cycles_per_token_estimate(qm, plan, position) for qm in stages) + (len(stages) - 1) * HOP_CYCLES
 
 
 class Chain(wiring.Component):
@@ -37,6 +40,9 @@ class Chain(wiring.Component):
     def __init__(self, stages: list[QModel], **shape: object) -> None:
         if len(stages) < 2 or any(qm.stage is None for qm in stages):
             raise ValueError("a chain takes two or more stage models (quant.chain.stages)")
+        if any(qm.lora.rank and qm.lora.sites for qm in stages):
+            raise ValueError("a chain does not load LoRA adapters (its lora port is closed): quantise without LoRA "
+                             "slots (LoraSpec(rank=0, sites=()))")
         self.boards = [Decoder(qm, **shape) for qm in stages]
         first, last = self.boards[0], self.boards[-1]
         members = first.signature.members
@@ -51,7 +57,7 @@ class Chain(wiring.Component):
         wiring.connect(m, wiring.flipped(self.tokens), first.tokens)
         wiring.connect(m, last.out, wiring.flipped(self.out))
         in_flight = []
-        for k, (sender, receiver) in enumerate(zip(self.boards, self.boards[1:])):
+        for k, (sender, receiver) in enumerate(pairwise(self.boards)):
             port = sender.resid_out
             for stage in range(LINK_STAGES):
                 m.submodules[f"link{k}_{stage}"] = reg = SkidBuffer(residual_layout())

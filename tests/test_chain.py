@@ -24,7 +24,7 @@ from hardwire.quant.chain import largest_stage, split_layers, stage_model, stage
 from hardwire.quant.qmodel import LoraSpec
 from hardwire.quant.quantize import quantize
 from hardwire.rtl.build import compile_to
-from hardwire.rtl.chain import chain_cycles
+from hardwire.rtl.chain import Chain, chain_cycles
 from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate, macs_per_token
 from hardwire.sim.runner import Feed, Generate, run_steps
 
@@ -49,6 +49,10 @@ def test_split_evens_out_the_bits_each_board_stores():
     assert sum(p.weight_bits for p in stages(qm, 2)) == qm.weight_bits  # every weight on exactly one board
     with pytest.raises(ValueError, match=r"boards must be a count from 1 to the model's 4 layers \(at most 16\), got 5"):
         split_layers(qm, 5)
+    adapted = replace(qm, lora=LoraSpec(rank=4, sites=("q", "v")))
+    with pytest.raises(ValueError, match=re.escape("a chain does not load LoRA adapters (its lora port is closed): "
+                                                   "quantise without LoRA slots (LoraSpec(rank=0, sites=()))")):
+        Chain(stages(adapted, 2), lanes=8)
 
 
 def test_a_model_too_big_for_one_board_fits_a_chain():
