@@ -117,13 +117,21 @@ def _receive_states(m: Module, s: ScheduleIn, to_norm: tuple[Signal, Signal, Sig
     with m.State("RECEIVE"):
         m.d.comb += resid_in.ready.eq(s.link.ready)
         with m.If(resid_in.valid & s.link.ready):
-            resid = s.vectors.resid
-            m.d.comb += [resid.wr_base.eq(index), resid.wr_values[0].eq(resid_in.payload.value), resid.wr_count.eq(1),
-                         resid.wr_en.eq(1), to_norm[0].eq(resid_in.payload.value), to_norm[1].eq(1), to_norm[2].eq(1)]
+            _residual_element(m, s, index, resid_in.payload.value, to_norm)
             m.d.sync += index.eq(index + 1)
             with m.If(index == d - 1):
                 m.d.sync += index.eq(0)
                 m.next = "L0_START"
+
+
+def _residual_element(m: Module, s: ScheduleIn, index: Signal, value: object,
+                      to_norm: tuple[Signal, Signal, Signal] | None) -> None:
+    """Element `index` of the residual written with `value` (the embedding's, or one from the board before), and
+    handed to the first norm unit when it loads it (to_norm: its value, its strobe, its count; one per beat)."""
+    resid = s.vectors.resid
+    m.d.comb += [resid.wr_base.eq(index), resid.wr_values[0].eq(value), resid.wr_count.eq(1), resid.wr_en.eq(1)]
+    if to_norm is not None:
+        m.d.comb += [to_norm[0].eq(value), to_norm[1].eq(1), to_norm[2].eq(1)]
 
 
 def _send_states(m: Module, s: ScheduleIn) -> None:
@@ -362,7 +370,7 @@ def _embed_states(m: Module, s: ScheduleIn, store: object, scale: object, row: S
     The token embedding writes the residual; learned positions (add=True) add to it. The last of these passes
     also hands each element written to the first norm unit (to_norm: its value, its strobe, its count)."""
     lanes, d, rescale = s.dims.lanes, s.dims.d, s.units.emb_rescale
-    resid, resid_rd = s.vectors.resid, s.vectors.resid_rd
+    resid_rd = s.vectors.resid_rd
     emb_i, emb_o = s.control.emb_i, s.control.emb_o
     chunks = s.dims.chunks(d)
     lane = Signal(range(lanes + 1), name=f"{prefix.lower()}_lane")
@@ -387,10 +395,7 @@ def _embed_states(m: Module, s: ScheduleIn, store: object, scale: object, row: S
                              written.eq(saturate(total, 16))]
             else:
                 m.d.comb += written.eq(rescale.o.payload)
-            m.d.comb += [resid.wr_base.eq(emb_o), resid.wr_values[0].eq(written), resid.wr_count.eq(1),
-                         resid.wr_en.eq(1)]
-            if to_norm is not None:  # one element per beat
-                m.d.comb += [to_norm[0].eq(written), to_norm[1].eq(1), to_norm[2].eq(1)]
+            _residual_element(m, s, emb_o, written, to_norm)
         with m.If(emb_o == d):
             m.d.sync += [emb_i.eq(0), emb_o.eq(0)]
             m.next = nxt
