@@ -128,13 +128,14 @@ def test_qwen3_per_head_qk_norm_token_exact(exported, tmp_path, scheme):
 BLOOM_PROMPT = [60, 7, 33, 90, 12, 48, 3, 71]  # its outputs vary and change under every break, ALiBi's included
 
 
-@pytest.mark.parametrize("scheme,rows,epilogue", [("int8", 1, 1), ("int4", 4, 4)])
-def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows, epilogue):
+@pytest.mark.parametrize("scheme,rows", [("int8", 1), ("int4", 4)])
+def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows):
     """BLOOM's ALiBi on the chip: each score of head h plus alibi[h] times its key's position (numerics §6), a running
     sum per beat in the epilogue, token for token with the reference over 20 positions, in int8 (one epilogue lane,
-    every token's cycles equal to the plan's: the bias costs none) and int4 (4 x 8 with attention and the epilogue on
-    4, so that lanes 1-3 add their own multiple of the slope, under idle input and backpressure). The case catches
-    every break, ALiBi dropped and each head given the next head's slope among them."""
+    every token's cycles equal to the plan's: the bias costs none) and int4 (4 x 8 with attention, the epilogue and
+    the softmax on 4: scores pass in beats of 4, so that lanes 1-3 add their own multiple of the slope; under idle
+    input and backpressure). The case catches every break, ALiBi dropped and each head given the next head's slope
+    among them."""
     from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
     ir = _hf_ir(exported, "bloom")
@@ -142,8 +143,8 @@ def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows, epilogue):
     qm = quantize(ir, scheme, context=24)
     assert {"alibi_dropped", "alibi_heads_rolled"} <= set(breaks(qm))
     want = assert_case_catches(qm, BLOOM_PROMPT, 12)
-    compile_to(qm, tmp_path, lanes=8, rows=rows, attention_rows=rows, epilogue_lanes=epilogue, storage="rom",
-               progress=False)
+    compile_to(qm, tmp_path, lanes=8, rows=rows, attention_rows=rows, epilogue_lanes=rows, softmax_lanes=rows,
+               storage="rom", progress=False)
     timed = scheme == "int8"
     result = simulate(tmp_path, BLOOM_PROMPT, 12, seed=5, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
                       optimise=False, progress=False)
