@@ -276,6 +276,22 @@ def test_a_bias_on_the_scores_that_is_not_alibi_is_refused_by_name(exported, tmp
         "every query) is not supported; supported: ALiBi (BLOOM, MPT)"))
 
 
+def test_alibi_with_windows_is_refused_by_the_quantiser(exported):
+    """The chip keeps a windowed layer's keys in a ring of slots, whose positions it does not hold: BLOOM as if its
+    layers were windowed is refused by name before any work, not compiled wrongly."""
+    import dataclasses
+
+    from hardwire.quant.weights import QuantizationError
+
+    _, path = exported("bloom")
+    ir = load(path, verify=False)
+    windowed = dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_windows=(8, None)))
+    with pytest.raises(QuantizationError, match=re.escape(
+            "the integer decoder does not implement ALiBi with windowed attention (the chip's ring of keys does not "
+            "hold their positions) yet")):
+        quantize(windowed, "int8", context=24)
+
+
 def test_gemma2_soft_capping_is_refused_by_name(exported):
     _, path = exported("gemma2")
     _refused(path, re.escape(f"{path}: could not place ") + r"Tanh node '[^']+'" + re.escape(
