@@ -270,6 +270,17 @@ def hf_bloom(seed: int = 0) -> torch.nn.Module:
     return perturb(BloomForCausalLM(cfg), seed, {"dense.weight": 8.0, "dense_4h_to_h.weight": 8.0})
 
 
+def hf_mpt(seed: int = 0) -> torch.nn.Module:
+    """MPT: ALiBi built as slope_h * (key - last position) from a table of max_seq_len sliced to the sequence (its
+    slopes 2^-8h/heads: Hugging Face's MPT ignores alibi_bias_max), LayerNorm without bias, exact GELU, no biases, the
+    head tied. o and down drawn 8 times larger, as BLOOM's."""
+    from transformers import MptConfig, MptForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = MptConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, max_seq_len=SEQ_MAX, expansion_ratio=2)
+    return perturb(MptForCausalLM(cfg), seed, {"out_proj.weight": 8.0, "down_proj.weight": 8.0})
+
+
 FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35 (dynamo exports)
     "llama3-rope": lambda: hf_llama_rope(LLAMA3_ROPE),
     "yarn-rope": lambda: hf_llama_rope(YARN_ROPE),
@@ -282,5 +293,6 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
     "gemma2": hf_gemma2,
     "bloom": hf_bloom,
+    "mpt": hf_mpt,
 }
 

@@ -258,6 +258,20 @@ def test_bloom_alibi(exported):
     assert (float_forward(flat, ids) - want).abs().max() > 0.1 * want.abs().max()
 
 
+def test_mpt_alibi(exported):
+    """MPT builds ALiBi as slope_h * (key - last position), negative, from a table sliced to the sequence: read off
+    its graph as BLOOM's, equal to Hugging Face's slopes and logits to 64 positions."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    model, ir = _proven(exported, "mpt")
+    cfg = ir.config
+    bias = build_mpt_alibi_tensor(4, 2)  # (heads, 1, 2): -slope_h, 0
+    assert cfg.positions == "alibi" and cfg.alibi_slopes == tuple((-bias[:, 0, 0]).tolist())
+    assert cfg.features == (ALIBI,)
+    assert cfg.norm == "layer" and cfg.activation == "gelu" and cfg.tied_head and cfg.folded == ()
+    _same_logits_as_hf(model, ir)
+
+
 def test_a_bias_on_the_scores_that_is_not_alibi_is_refused_by_name(exported, tmp_path):
     """BLOOM's graph with its ALiBi bias squared before it reaches the scores: a bias that does not grow linearly
     with the key position is refused naming the Add, before any proof."""
@@ -318,7 +332,7 @@ def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
-    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("bloom", "int8", 64)])
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("bloom", "int8", 32), ("mpt", "int8", 32)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
