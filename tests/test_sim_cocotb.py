@@ -7,7 +7,8 @@ the assertions here check what it recorded.
 
 A Verilator build takes most of a minute (weights as logic: two to four), so each case here is
 one that no other case covers: the Hugging Face Llama with grouped-query attention, each family
-of docs/frontend.md in int8 and a 4-bit scheme (GPT-Neo's block is GPT-2's), the bundled model,
+of docs/frontend.md in int8 and a 4-bit scheme (GPT-Neo's block is GPT-2's; Qwen3's q/k norm and BLOOM's ALiBi
+each in a test of its own), the bundled model,
 several engine shapes (weights as logic: tests/test_rtl_decoder.py; storage and scheme are
 independent in the weight store, whose every word test_rtl_weight_store.py reads in both
 storages for every format); the tests that can share a build (xdist_group) share it.
