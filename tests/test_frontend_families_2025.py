@@ -1,7 +1,8 @@
 """The families of issue 35: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
-scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
+scale), which need no new hardware; Qwen3's per-head q/k norm and BLOOM's and MPT's ALiBi, which do
+(tests/test_sim_cocotb.py decodes Qwen3 and BLOOM);
 and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
