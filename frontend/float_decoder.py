@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, head_norm, rope_tables
+from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, alibi_bias, head_norm, rope_tables
 from .ir import Linear, ModelIR, Norm
 
 Step = Callable[..., torch.Tensor]
@@ -98,8 +98,9 @@ class FloatDecoder:
         x = ir.embed[ids]
         if cfg.positions == "learned":
             x = x + ir.pos_embed[positions]
-        else:
+        elif cfg.positions == "rope":
             cos, sin = self.cos[positions], self.sin[positions]
+        bias = alibi_bias(cfg, positions, end)
         causal = positions[:, None] >= torch.arange(end)  # (t, end): token at position p sees keys 0..p
         windows = cfg.layer_windows
         for i, layer in enumerate(ir.layers):
@@ -115,7 +116,7 @@ class FloatDecoder:
             keys, values = self.cache[i]
             keys.index_copy_(2, positions, k)
             values.index_copy_(2, positions, v)
-            y = _attend(q, keys[:, :, :end], values[:, :, :end], mask, cfg)
+            y = _attend(q, keys[:, :, :end], values[:, :, :end], mask, cfg, bias=bias)
             if cfg.parallel_residual:  # as float_forward: one residual Add for both sublayers
                 h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
                 x = x + _linear(y, layer.o) + _mlp(h, layer, cfg, _ignore, i)

@@ -88,13 +88,24 @@ def attention_mask(t: int, window: int | None, start: int = 0) -> torch.Tensor:
     return allowed if window is None else allowed & (key > query - window)
 
 
+def alibi_bias(cfg: ModelConfig, queries: torch.Tensor, keys: int) -> torch.Tensor | None:
+    """ALiBi's bias on the scaled scores, (h, t, keys): slope_h * (key - query position) for queries at positions
+    QUERIES (t,); None without ALiBi. Softmax is shift-invariant per row, so this equals BLOOM's slope_h * key."""
+    if cfg.alibi_slopes is None:
+        return None
+    distance = (torch.arange(keys)[None, :] - queries[:, None]).to(torch.float32)  # (t, keys), <= 0 where causal
+    return torch.tensor(cfg.alibi_slopes, dtype=torch.float32)[:, None, None] * distance
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: ModelConfig,
-            transform: Transform = _keep, name: str = "") -> torch.Tensor:
-    """q (b, h, t, hd), k/v (b, kvh, T, hd), mask (t, T) of allowed keys -> (b, t, h * hd)."""
+            transform: Transform = _keep, name: str = "", bias: torch.Tensor | None = None) -> torch.Tensor:
+    """q (b, h, t, hd), k/v (b, kvh, T, hd), mask (t, T) of allowed keys, bias (h, t, T) or None -> (b, t, h * hd)."""
     b, _, t, _ = q.shape
     group = cfg.n_heads // cfg.n_kv_heads
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, T, hd)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, T)
+    if bias is not None:  # ALiBi
+        scores = scores + bias
     scores = scores.masked_fill(~mask, float("-inf"))
     y = transform(f"{name}.probs", scores.softmax(-1)) @ v  # (b, h, t, hd)
     return y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)
@@ -138,7 +149,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
     x = _t(ir.embed)[ids]  # (b, t, d)
     if cfg.positions == "learned":
         x = x + _t(ir.pos_embed)[:t]
-    else:
+    elif cfg.positions == "rope":
         cos, sin = rope_tables(cfg.rotary_dims or cfg.head_dim, cfg.rope_theta, t, cfg.rope_freqs)  # (t, rotated dims)
 
     def site(name: str, value: torch.Tensor, form: str = "") -> torch.Tensor:
@@ -148,6 +159,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         return value
 
     x = site("residual", x)
+    bias = alibi_bias(cfg, torch.arange(t), t)
     windows = cfg.layer_windows
     raw = "_raw" if cfg.positions == "rope" else ""  # q and k before RoPE
     for i, layer in enumerate(ir.layers):
@@ -164,7 +176,7 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             q, k = site(f"layers.{i}.q", q), site(f"layers.{i}.k", k)
         mask = attention_mask(t, windows[i])
-        y = site(f"layers.{i}.attn_out", _attend(q, k, v, mask, cfg, transform, f"layers.{i}"))
+        y = site(f"layers.{i}.attn_out", _attend(q, k, v, mask, cfg, transform, f"layers.{i}", bias))
         if cfg.parallel_residual:  # both sublayers read the block's input; one residual Add
             h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe,
                                                 f"layers.{i}.mlp_norm", transform)

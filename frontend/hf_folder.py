@@ -16,7 +16,7 @@ from .errors import ModelImportError
 
 # model_type (config.json) of the causal LM families whose exports the frontend recovers (docs/frontend.md)
 HF_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gpt2", "gpt_neox", "gemma", "gpt_neo", "opt", "phi", "phi3",
-                  "gptj", "granite", "cohere")
+                  "gptj", "granite", "cohere", "bloom", "mpt")
 EXPORT_PROBE = 8  # tokens in the example input the exporter traces with
 
 

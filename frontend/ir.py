@@ -18,7 +18,7 @@ from .proof_record import Proof
 NormKind = Literal["rms", "layer"]
 Activation = Literal["silu_glu", "gelu_tanh_glu", "gelu_tanh", "gelu", "relu"]
 GATED = ("silu_glu", "gelu_tanh_glu")  # down(act(gate) * up)
-Positions = Literal["rope", "learned"]
+Positions = Literal["rope", "learned", "alibi"]  # alibi: no position in the stream, a bias on the scores
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class ModelConfig:
     norm: NormKind  # RMSNorm or LayerNorm
     norm_eps: float  # epsilon inside the square root
     activation: Activation  # *_glu: down(act(gate) * up); gelu*, relu: down(act(up))
-    positions: Positions  # rotary (rotate-half layout) or a learned table added to the embedding
-    rope_theta: float | None  # RoPE base, None for learned positions (with rope_freqs: the one pair 1 implies)
+    positions: Positions  # rotary (rotate-half layout), a learned table added to the embedding, or ALiBi
+    rope_theta: float | None  # RoPE base, None for learned positions and ALiBi (with rope_freqs: the one pair 1 implies)
     tied_head: bool  # output head shares the token embedding
     # Block layout beyond the sequential pre-norm Llama/GPT-2 block (the defaults are that block):
     parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)): both sublayers read the block's input
@@ -46,6 +46,8 @@ class ModelConfig:
     #   (Llama 3, linear, YaRN scaling); None: rope_theta**(-2i / rotary dims)
     qk_norm: bool = False  # an RMSNorm over each head of q and of k (Layer.q_norm, k_norm; norm_eps), after their
     #   projections and before RoPE (Qwen3, Gemma 3)
+    alibi_slopes: tuple[float, ...] | None = None  # per query head h: ALiBi adds slope_h * (key - query position) to
+    #   the scaled scores before the softmax (BLOOM, MPT); positions is "alibi"
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
 
     @property
@@ -79,6 +81,9 @@ class ModelConfig:
             out.append("RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)")
         if self.qk_norm:
             out.append("per-head q/k norm (RMSNorm of each head of q and k before RoPE)")
+        if self.alibi_slopes is not None:
+            slopes = ", ".join(f"{s:.6g}" for s in self.alibi_slopes)
+            out.append(f"ALiBi (a linear bias per head on the scores, slopes {slopes})")
         if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
             out.append(f"windowed attention ({layers})")

@@ -41,6 +41,7 @@ SUPPORTED_OPS: dict[str, str] = {
     "Greater": "shape", "GreaterOrEqual": "shape", "And": "shape", "Or": "shape", "Not": "shape",
     "IsNaN": "shape", "IsInf": "shape", "CumSum": "shape", "Max": "shape", "Min": "shape", "Abs": "shape",
     "Floor": "shape", "Ceil": "shape", "Mod": "shape", "ScatterND": "shape",
+    "Tile": "shape",  # BLOOM repeats its ALiBi bias per batch row: constant at the probe
 }
 
 

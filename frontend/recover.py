@@ -20,7 +20,7 @@ import onnx
 from .errors import ModelImportError
 from .graph import GraphView
 from .ir import Layer, Linear, ModelConfig, ModelIR, Norm
-from .recover_reader import LAYOUT_OPS, f32_array
+from .recover_reader import LAYOUT_OPS, attribute, f32_array
 from .recover_sublayers import SublayerReader
 
 MASK_LENGTH = 2048  # where a RoPE graph states no context, attention masks are read at this length
@@ -60,6 +60,9 @@ class _Recovery(SublayerReader):
                 stream = node.output[0]
             elif node.op_type in LAYOUT_OPS and view.shape(node.output[0])[-1:] == table.shape[1:]:
                 stream = node.output[0]
+            elif node.op_type == "LayerNormalization" and all(view.is_static(i) for i in node.input[1:] if i):
+                table = self.embedding_norm(node, table * scale)  # BLOOM's word_embeddings_layernorm
+                scale, stream = 1.0, node.output[0]
             else:
                 break
         if scale != 1.0:
@@ -86,6 +89,19 @@ class _Recovery(SublayerReader):
                 positions, stream = full[offset:], consumer.output[0]
                 break
         return table, stream, positions
+
+    def embedding_norm(self, node: onnx.NodeProto, table: np.ndarray) -> np.ndarray:
+        """TABLE's rows through the LayerNorm NODE of the embedding (BLOOM): a function of the token alone when no
+        position is added before it, so it folds into the table, exactly, and the chip needs no norm for it."""
+        if int(attribute(node, "axis", -1)) not in (-1, len(self.view.shape(node.input[0])) - 1):
+            raise self.fail(node, "a LayerNormalization of the embedding must normalise the last axis")
+        weight = self.view.value(node.input[1]).astype(np.float64)
+        bias = self.view.value(node.input[2]).astype(np.float64) if len(node.input) > 2 and node.input[2] else 0.0
+        eps = float(attribute(node, "epsilon", 1e-5))
+        centred = table - table.mean(-1, keepdims=True)
+        normed = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps) * weight + bias
+        self.folded.append("LayerNorm of the embedding (into the table; the head keeps the unnormed table)")
+        return normed
 
     def residual_adds(self, stream: str) -> list[tuple[str, onnx.NodeProto]]:
         """(residual value, the Add that closes a sublayer on it) along the stream; reshapes of the stream
@@ -191,7 +207,7 @@ class _Recovery(SublayerReader):
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary, schedules, qk_norms = set(), set(), set(), set()
+        layouts, rotary, schedules, qk_norms, alibis = set(), set(), set(), set(), set()
         windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
@@ -205,6 +221,7 @@ class _Recovery(SublayerReader):
             activations.add(mlp["activation"])
             head_dims.add(att["head_dim"])
             qk_norms.add(att["q_norm"] is not None)
+            alibis.add(att["alibi"])
             if att["qk_eps"] is not None:  # the per-head q/k norms: one epsilon with the model's other norms
                 epss.add(att["qk_eps"])
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
@@ -216,7 +233,8 @@ class _Recovery(SublayerReader):
         for what, seen in (("norm kinds", kinds), ("norm epsilons", epss), ("RoPE bases", rope_thetas),
                            ("activations", activations), ("head widths", head_dims), ("rotary widths", rotary),
                            ("RoPE schedules (frequencies, layout, gain)", schedules),
-                           ("block layouts (parallel, shared norm)", layouts), ("per-head q/k norms", qk_norms)):
+                           ("block layouts (parallel, shared norm)", layouts), ("per-head q/k norms", qk_norms),
+                           ("ALiBi slopes", alibis)):
             if len(seen) != 1:
                 raise ModelImportError(f"{self.where}: layers differ in {what} ({sorted(map(str, seen))}); "
                                        "hardwire needs one value for the whole model")
@@ -230,9 +248,12 @@ class _Recovery(SublayerReader):
         if gain is not None and gain != 1.0:
             rows = "q and k's norm gains" if next(iter(qk_norms)) else "q and k's rotated rows"
             self.folded.append(f"RoPE attention factor {gain:.6g} (cos and sin times it: {rows} times it)")
-        if (rope_theta is None) == (positions is None):
-            raise ModelImportError(f"{self.where}: expected exactly one positional scheme (RoPE or a learned table), "
-                                   f"found {'both' if positions is not None else 'neither'}")
+        alibi = alibis.pop()
+        schemes = [name for name, there in (("RoPE", rope_theta is not None), ("a learned table", positions is not None),
+                                            ("ALiBi", alibi is not None)) if there]
+        if len(schemes) != 1:
+            raise ModelImportError(f"{self.where}: expected exactly one positional scheme (RoPE, a learned table or "
+                                   f"ALiBi), found {' and '.join(schemes) or 'none'}")
         self.fold_per_layer([(att["out_scale"], mlp["out_scale"]) for att, mlp, _ in blocks],
                             "residual multiplier {:g} (o's and down's weights times it)",
                             lambda f: f[0] == f[1] and f[0] != 1.0)
@@ -259,7 +280,8 @@ class _Recovery(SublayerReader):
             ffn=first.up.shape[0], context=context if context is not None else
             (positions.shape[0] if positions is not None else None),
             norm=kinds.pop(), norm_eps=_f32_scalar(epss.pop()), activation=activations.pop(),
-            positions="rope" if rope_theta is not None else "learned", rope_theta=rope_theta, tied_head=tied,
+            positions="rope" if rope_theta is not None else "learned" if positions is not None else "alibi",
+            rope_theta=rope_theta, tied_head=tied, alibi_slopes=alibi,
             parallel_residual=parallel, shared_norm=shared,
             rotary_dims=rotary_dims if rotary_dims is not None and rotary_dims != head_dim else None,
             attn_windows=tuple(windows) if any(w is not None for w in windows) else None, rope_freqs=rope_freqs,

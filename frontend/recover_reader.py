@@ -98,6 +98,24 @@ class GraphReader:
             scale *= 1.0 if factor is None else factor
         return scale
 
+    def graph_constant(self, table: str, fitted: np.ndarray) -> np.ndarray:
+        """The constant among those TABLE is computed from that holds FITTED's values (RoPE's inv_freq, ALiBi's
+        slopes: exactly the model's), or FITTED when none does."""
+        view = self.view
+        seen, stack = set(), [table]
+        while stack:
+            name = stack.pop()
+            if name in seen or name in view.dynamic:
+                continue
+            seen.add(name)
+            value = view.values.get(name)
+            if value is not None and value.size == fitted.size and np.issubdtype(value.dtype, np.floating) \
+                    and np.allclose(value.reshape(-1).astype(np.float64), fitted, rtol=1e-4, atol=1e-7):
+                return value.reshape(-1).astype(np.float64)
+            if name in view.producer:
+                stack.extend(i for i in view.producer[name].input if i)
+        return fitted
+
     @staticmethod
     def scaled(lin: Linear, factor: float) -> Linear:
         """LIN with its output times FACTOR (weights and bias), or LIN itself for a factor of one."""

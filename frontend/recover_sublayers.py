@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 
 from .ir import Activation, Linear, Norm
-from .recover_reader import LAYOUT_OPS, GraphReader, attribute, f32_array
+from .recover_alibi import AlibiReader
+from .recover_reader import LAYOUT_OPS, attribute, f32_array
 
 ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Gelu", "Relu"}
 NORM_OPS = {"ReduceMean", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "Sqrt",
@@ -43,7 +44,7 @@ def rope_gains(norm: Norm, head_dim: int, rotary_dims: int, interleaved: bool, g
     return Norm(f32_array(norm.weight[order].astype(np.float64) * scale))
 
 
-class SublayerReader(GraphReader):
+class SublayerReader(AlibiReader):
     """Attention and the MLP, each between a residual value and the node that closes the sublayer."""
 
     def attention(self, residual: str, end: onnx.NodeProto, d_model: int) -> dict:
@@ -101,6 +102,7 @@ class SublayerReader(GraphReader):
         out_scale = self.scale_between(o_out, end.output[0])  # Granite's residual multiplier: folded into o
         o = self.scaled(o, out_scale)
         rope = self.rope(nodes, score_mm, head_dim)
+        alibi, bias = self.alibi(score_mm, softmax, parts["q"].weight.shape[0] // head_dim)
         q_norm, k_norm = (heads[part][0] if heads else None for part in ("q", "k"))
         if rope is not None:
             for name in ("q", "k"):  # behind a head norm the tables' gain scales the norm's output: its gain takes it
@@ -118,7 +120,7 @@ class SublayerReader(GraphReader):
             parts["q"] = Linear(f32_array(q.weight.astype(np.float64) * factor),
                                 None if q.bias is None else f32_array(q.bias.astype(np.float64) * factor))
         return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, o=o, out_scale=out_scale,
-                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax,
+                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax, bias), softmax=softmax, alibi=alibi,
                     q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, **parts)
 
     def head_norms(self, outs: dict[str, str], score_mm: onnx.NodeProto,
@@ -197,10 +199,11 @@ class SublayerReader(GraphReader):
                                   "Gemma 2, Gemma 3) is not supported")
 
     def fused_pieces(self, out: str, strict: bool = True) -> list[tuple[str, np.ndarray]]:
-        """(piece, its projection rows) for each piece that a Split or a Slice cuts from the fused projection's
-        output OUT, after any reshapes and transposes: found by carrying each element's index (token * rows + row) of
-        OUT through them; rows in the order of the piece's elements (heads, then dims). Every row must land in
-        exactly one piece. Another op on the way is refused, or (not STRICT: an MLP's up projection) means no cut."""
+        """(piece, its projection rows) for each piece that a Split, a Slice or a Gather of constant indices (BLOOM)
+        cuts from the fused projection's output OUT, after any reshapes and transposes: found by carrying each
+        element's index (token * rows + row) of OUT through them; rows in the order of the piece's elements (heads,
+        then dims). Every row must land in exactly one piece. Another op on the way is refused, or (not STRICT: an
+        MLP's up projection) means no cut."""
         view = self.view
         value = view.value(out)
         rows = value.shape[-1]
@@ -220,6 +223,9 @@ class SublayerReader(GraphReader):
                     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
                         where[int(axis) % index.ndim] = slice(int(start), int(end), int(step))
                     cut.append((node.output[0], index[tuple(where)]))
+                elif node.op_type == "Gather" and node.input[0] == name and view.is_static(node.input[1]):
+                    axis = int(attribute(node, "axis", 0))  # BLOOM selects q, k, v of each head: fused[..., i, :]
+                    cut.append((node.output[0], np.take(index, view.value(node.input[1]), axis=axis)))
                 elif node.op_type in LAYOUT_OPS and len(view.dynamic_inputs(node)) == 1:
                     moved = np.transpose(index, attribute(node, "perm", None)) if node.op_type == "Transpose" \
                         else index.reshape(view.shape(node.output[0]))
@@ -250,12 +256,14 @@ class SublayerReader(GraphReader):
             scale *= 1.0 if factor is None else factor
         return scale
 
-    def mask(self, score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> list[tuple[str, str, bool]]:
-        """The masks between the scores and the softmax: (op, constant's name, whether the scores are Where's X)."""
+    def mask(self, score_mm: onnx.NodeProto, softmax: onnx.NodeProto,
+             alibi: str | None = None) -> list[tuple[str, str, bool]]:
+        """The masks between the scores and the softmax: (op, constant's name, whether the scores are Where's X); the
+        ALiBi bias (its constant ALIBI) is not one."""
         view = self.view
         found = []
         for node in view.nodes_between({score_mm.output[0]}, softmax.input[0]):
-            static = [i for i in view.static_inputs(node) if view.value(i).size > 1]
+            static = [i for i in view.static_inputs(node) if view.value(i).size > 1 and i != alibi]
             if node.op_type == "Add" and static:
                 found.append(("Add", static[0], True))
             elif node.op_type == "Where" and node.input[0] in static:
@@ -329,7 +337,7 @@ class SublayerReader(GraphReader):
         coarse = np.arctan2(s[1], c[1])  # angle per position step, within (-pi, pi]
         turns = np.round((last * coarse - np.arctan2(s[last], c[last])) / (2 * np.pi))
         freqs = (np.arctan2(s[last], c[last]) + 2 * np.pi * turns) / last  # refined over the probe's positions
-        freqs = self.graph_freqs(sin_name, freqs)
+        freqs = self.graph_constant(sin_name, freqs)
         p = np.arange(len(c))[:, None]
         if not (np.allclose(c, gain * np.cos(p * freqs), atol=2e-5 * gain)
                 and np.allclose(s, gain * np.sin(p * freqs), atol=2e-5 * gain)):
@@ -343,24 +351,6 @@ class SublayerReader(GraphReader):
         formula = half > 1 and np.allclose(freqs, theta ** (-np.arange(half) * 2 / rd), rtol=1e-4)
         return dict(theta=theta, rotary_dims=rd, freqs=None if formula else tuple(float(f) for f in freqs),
                     interleaved=interleaved, gain=gain)
-
-    def graph_freqs(self, table: str, fitted: np.ndarray) -> np.ndarray:
-        """The constant among those TABLE is computed from that holds FITTED's frequencies (the model's inv_freq,
-        exactly), or FITTED when none does."""
-        view = self.view
-        seen, stack = set(), [table]
-        while stack:
-            name = stack.pop()
-            if name in seen or name in view.dynamic:
-                continue
-            seen.add(name)
-            value = view.values.get(name)
-            if value is not None and value.size == fitted.size and np.issubdtype(value.dtype, np.floating) \
-                    and np.allclose(value.reshape(-1).astype(np.float64), fitted, rtol=1e-4, atol=1e-7):
-                return value.reshape(-1).astype(np.float64)
-            if name in view.producer:
-                stack.extend(i for i in view.producer[name].input if i)
-        return fitted
 
     def mlp(self, residual: str, end: onnx.NodeProto, d_model: int) -> dict:
         view = self.view

@@ -82,19 +82,30 @@ def softmax(scores: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: i
     return round_shift(e * recip, RECIP_BITS - PROB_BITS)
 
 
+def alibi_bias(slopes: torch.Tensor, keys: int) -> torch.Tensor:
+    """ALiBi in score units (docs/numerics.md §6): slopes[h] * t for the key at position t, (H, 1, keys). The key's
+    position, not its distance from the query: the softmax subtracts the row's maximum, so the two give the same
+    integers, and this one needs no query position on the chip."""
+    return slopes[:, None, None] * torch.arange(keys, dtype=torch.int64)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int,
-              out_mult: int, out_shift: int, exp: torch.Tensor, what: str) -> torch.Tensor:
+              out_mult: int, out_shift: int, exp: torch.Tensor, what: str,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
     """Integer softmax attention.
 
     q (B, P, H, hd), k and v (B, T, Hkv, hd) int8; valid (P, T) bool says which cached positions
-    each query sees. Per head: scores = q·k (int32); p = softmax(scores) in Q15; out = rescale(sum
-    p*v, out_mult, out_shift) to int8: the weighted mean of v is smaller than v, so it gets its own,
-    finer step. -> (B, P, H, hd) int8.
+    each query sees; bias (H, 1 or P, T) integers added to the scores (ALiBi) or None. Per head: scores = q·k
+    (+ bias; int32); p = softmax(scores) in Q15; out = rescale(sum p*v, out_mult, out_shift) to int8: the weighted
+    mean of v is smaller than v, so it gets its own, finer step. -> (B, P, H, hd) int8.
     """
     group = q.shape[2] // k.shape[2]
     k = k.repeat_interleave(group, dim=2)  # head h reads kv head h // group
     v = v.repeat_interleave(group, dim=2)
-    scores = check_width(torch.einsum("bphd,bthd->bhpt", q, k), SCORE_BITS, f"{what} scores")
+    scores = torch.einsum("bphd,bthd->bhpt", q, k)
+    if bias is not None:
+        scores = scores + bias
+    scores = check_width(scores, SCORE_BITS, f"{what} scores")
     p = softmax(scores, valid, sm_mult, sm_shift, exp, what)
     y = check_width(torch.einsum("bhpt,bthd->bphd", p, v), 32, f"{what} weighted sum")
     return rescale(y, out_mult, out_shift, 8)

@@ -146,6 +146,11 @@ def breaks(qm: QModel) -> dict[str, Break]:
         Break("qk_norm_skipped", "q and k reach RoPE as projected: the per-head q/k norm skipped",
               lambda qm: any(layer.q_norm is not None for layer in qm.layers),
               lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, q_norm=None, k_norm=None))),
+        Break("alibi_dropped", "no ALiBi bias on the scores", lambda qm: any(layer.alibi is not None for layer in qm.layers),
+              lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, alibi=None))),
+        Break("alibi_heads_rolled", "each head adds the next head's ALiBi slope",
+              lambda qm: any(layer.alibi is not None and len(set(layer.alibi.tolist())) > 1 for layer in qm.layers),
+              lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, alibi=layer.alibi.roll(1)))),
         Break("kv_heads_rolled", "query heads read the wrong kv head (grouped-query mapping)",
               lambda qm: qm.config.n_kv_heads > 1 and qm.config.n_kv_heads < qm.config.n_heads, _kv_heads_rolled),
     ]

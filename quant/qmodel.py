@@ -89,6 +89,8 @@ class QLayer:
     gate: QLinear | None = None  # -> int8 (gated MLPs); the hidden SILU[g] * u is int16
     q_norm: QNorm | None = None  # per-head q/k norm (numerics §6): each head of raw q (int12) -> int12 into RoPE
     k_norm: QNorm | None = None  #   (head_dim,) multipliers: the gain's magnitude folded in, its sign in q's rows
+    alibi: torch.Tensor | None = None  # int64 (n_heads,): ALiBi's slope per query head in score units (numerics §6):
+    #                                    score[t] += alibi[h] * t for the key at position t
 
 
 @dataclass(frozen=True)

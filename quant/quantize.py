@@ -16,6 +16,7 @@ import torch
 from ..frontend.float_model import float_forward
 from ..frontend.ir import Linear, ModelConfig, ModelIR
 from ..progress import track
+from .blocks import SCORE_BITS
 from .calibrate import Calibration, calibrate, self_generated
 from .divergence import kl_per_token
 from .fixedpoint import bits_for, multiplier, multipliers
@@ -220,6 +221,18 @@ def _qnorm(kind: str, eps: float, d: int, s_x: float, s_out: np.ndarray, out_bit
     return QNorm(kind=kind, eps_q=eps_q, mult=mult, shift=shift, out_bits=out_bits)
 
 
+def _qalibi(slopes: tuple[float, ...], s_q: float, s_k: float, hd: int, context: int) -> torch.Tensor:
+    """ALiBi's slopes in score units (numerics §6): one score unit is s_q * s_k / sqrt(hd) of the model's scaled
+    scores, so slope_h * t becomes alibi[h] * t with alibi[h] = round(slope_h * sqrt(hd) / (s_q * s_k)). The
+    rounding costs at most half a unit per key step: far below the exponent table's 1/16 nat once rescaled."""
+    alibi = [math.floor(s * math.sqrt(hd) / (s_q * s_k) + 0.5) for s in slopes]
+    worst = max(abs(a) for a in alibi) * (context - 1) + hd * (1 << 14)
+    if worst >= 1 << (SCORE_BITS - 1):
+        raise QuantizationError(f"ALiBi: slopes of up to {max(map(abs, alibi))} score units over {context} positions "
+                                f"reach {worst}, over the int{SCORE_BITS} scores")
+    return torch.tensor(alibi, dtype=torch.int64)
+
+
 def _qhead_norm(eps: float, hd: int, s_in: float, s_out: float, gain: np.ndarray, out_bits: int) -> QNorm:
     """A per-head q/k norm (numerics §6): §4's RMSNorm over one head's hd elements of int12 at step s_in, to int12 at
     s_out, the gain's magnitude folded into the per-channel multipliers (fold_qk_signs moved its sign into the
@@ -289,11 +302,11 @@ def activation_steps(cfg: ModelConfig, cal: Calibration, progress: bool = False)
 
 QUANT_ACTIVATIONS = ("silu_glu", "gelu_tanh_glu", "gelu", "gelu_tanh", "relu")  # each one 256-entry table
 SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)",
-                      "RoPE on every head dim or the first ones (partial rotary), or learned positions",
+                      "RoPE on every head dim or the first ones (partial rotary), learned positions, or ALiBi",
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
 IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
-                        "RoPE schedule", "per-head q/k norm")
+                        "RoPE schedule", "per-head q/k norm", "ALiBi")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -304,6 +317,8 @@ def check_supported(ir: ModelIR, context: int) -> None:
     missing = [f for f in cfg.features if not f.startswith(IMPLEMENTED_FEATURES)]
     if cfg.activation not in QUANT_ACTIVATIONS:
         missing.append(f"activation {cfg.activation}")
+    if cfg.alibi_slopes is not None and any(w is not None and w < context for w in cfg.layer_windows):
+        missing.append("ALiBi with windowed attention (the chip's ring of keys does not hold their positions)")
     if missing:
         raise QuantizationError(f"{ir.source or 'the model'}: the integer decoder does not implement "
                                 f"{'; '.join(missing)} yet (the import recovered and proved it; quantisation, the "
@@ -387,6 +402,8 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             q=lin("q", raw["q"], raw_bits), k=lin("k", raw["k"], raw_bits), v=lin("v", s["v"], 8), **head_norms,
             o=lin("o", np.array([s_x]), 16, 8),
             sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
+            alibi=None if cfg.alibi_slopes is None else _qalibi(cfg.alibi_slopes, float(s["q"][0]), float(s["k"][0]),
+                                                                cfg.head_dim, context),
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"], norm_bits),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
             down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs

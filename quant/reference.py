@@ -109,8 +109,9 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         valid = key <= positions[:, None]  # (p, t): causal
         if windows[i] is not None:  # a local layer sees the last w keys only (numerics §6)
             valid &= key > positions[:, None] - windows[i]
+        bias = None if layer.alibi is None else blocks.alibi_bias(layer.alibi, k.shape[1])  # (H, 1, t): ALiBi (§6)
         y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
-                             f"{name}.attention")
+                             f"{name}.attention", bias)
         attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))
         if cfg.parallel_residual and not cfg.shared_norm:  # the MLP reads the block's input too, through its norm
             a = qnorm(x, layer.mlp_norm, qm.rsqrt, f"{name}.mlp_norm")

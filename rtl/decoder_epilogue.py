@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data
 
+from ..quant.blocks import SCORE_BITS
 from ..quant.qmodel import QModel
 from .datapath import Dims, Mode, Reader
 from .decoder_control import Control
@@ -105,8 +106,10 @@ def _rescale_inputs(m: Module, qm: QModel, dims: Dims, p: Product, weights: Weig
         for i, layer in enumerate(qm.layers):
             with m.Case(i):
                 m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
+    alibi = _alibi_terms(m, qm, dims, p, units, control)
     with m.If(p.mv_mode == Mode.SCORES):
         m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+        m.d.comb += [b.eq(term) for b, term in zip(bias, alibi, strict=False)]  # ALiBi: each key's bias
     with m.Elif(p.mv_mode == Mode.PV):
         m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
     with m.Elif(p.mv_mode == Mode.LORA_A):
@@ -130,6 +133,29 @@ def _rescale_inputs(m: Module, qm: QModel, dims: Dims, p: Product, weights: Weig
         m.d.sync += r.row_in.eq(r.row_in + serializer.o.payload.count)
     with m.If(p.mv_start):
         m.d.sync += [r.row_in.eq(0), r.row_out.eq(0)]
+
+
+def _alibi_terms(m: Module, qm: QModel, dims: Dims, p: Product, units: Units, control: Control) -> list[Value]:
+    """ALiBi (numerics §6): lane e of a beat of scores adds alibi[h] * t for its key t (the beat's first row plus e:
+    the keys come in position order), the running head's constant chosen by the layer and head registers. The first
+    row's term is a running sum, moved by alibi[h] times the beat's rows as each beat enters the rescales, so a lane
+    costs an adder and a constant multiple of alibi[h], no multiplier; the cycles are unchanged. Empty without
+    ALiBi (no lane adds anything)."""
+    if all(layer.alibi is None for layer in qm.layers):
+        return []
+    slope, first = Signal(signed(SCORE_BITS)), Signal(signed(SCORE_BITS))  # alibi[h]; alibi[h] * the beat's first key
+    with m.Switch(control.layer_sel):
+        for i, layer in enumerate(qm.layers):
+            with m.Case(i), m.Switch(control.head):
+                for h, value in enumerate(layer.alibi.tolist()):
+                    with m.Case(h):
+                        m.d.comb += slope.eq(value)
+    serializer = units.serializer
+    with m.If(p.mv_start):
+        m.d.sync += first.eq(0)
+    with m.Elif(serializer.o.valid & units.rescales[0].i.ready):
+        m.d.sync += first.eq(first + slope * serializer.o.payload.count)
+    return [first + slope * e for e in range(dims.wide)]
 
 
 def _lora_delta(m: Module, dims: Dims, p: Product, units: Units, lora: LoraBank, r: _Rows) -> list[Signal]:

@@ -257,6 +257,30 @@ def hf_gemma2(seed: int = 0) -> torch.nn.Module:
     return perturb(Gemma2ForCausalLM(cfg), seed)
 
 
+def hf_bloom(seed: int = 0) -> torch.nn.Module:
+    """BLOOM: ALiBi (a linear bias per head on the scores, no position embedding), a LayerNorm of the embedding, a
+    fused qkv laid out per head, LayerNorm with bias, BLOOM's GELU-tanh, the head tied to the unnormed table. The
+    sublayers write at 8 times the scale (as Gemma's): at 1/sqrt(fan-in) the normed embedding dominates the residual
+    and the tied head echoes the input."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = BloomConfig(vocab_size=96, hidden_size=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
+                      pad_token_id=0)
+    return perturb(BloomForCausalLM(cfg), seed, {"dense.weight": 8.0, "dense_4h_to_h.weight": 8.0})
+
+
+def hf_mpt(seed: int = 0) -> torch.nn.Module:
+    """MPT: ALiBi built as slope_h * (key - last position) from a table of max_seq_len sliced to the sequence (its
+    slopes 2^-8h/heads: Hugging Face's MPT ignores alibi_bias_max), LayerNorm without bias, exact GELU, no biases, the
+    head tied. o and down drawn 8 times larger, as BLOOM's."""
+    from transformers import MptConfig, MptForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = MptConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, max_seq_len=SEQ_MAX, expansion_ratio=2)
+    return perturb(MptForCausalLM(cfg), seed, {"out_proj.weight": 8.0, "down_proj.weight": 8.0})
+
+
 FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35 (dynamo exports)
     "llama3-rope": lambda: hf_llama_rope(LLAMA3_ROPE),
     "yarn-rope": lambda: hf_llama_rope(YARN_ROPE),
@@ -268,4 +292,7 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "gemma3": hf_gemma3,
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
     "gemma2": hf_gemma2,
+    "bloom": hf_bloom,
+    "mpt": hf_mpt,
 }
+

@@ -136,21 +136,21 @@ def test_mistral_sliding_window(exported):
 @pytest.fixture
 def feature_the_chip_lacks(monkeypatch):
     """Every feature the frontend recovers today is implemented, so the gate between import and quantisation is
-    tested with one more, made up: GPT-NeoX as if the import had also recovered ALiBi."""
+    tested with one more, made up: GPT-NeoX as if the import had also recovered a mixture of experts."""
     features = ModelConfig.features.fget
-    monkeypatch.setattr(ModelConfig, "features", property(lambda cfg: (*features(cfg), "ALiBi positions")))
+    monkeypatch.setattr(ModelConfig, "features", property(lambda cfg: (*features(cfg), "mixture of experts")))
 
 
 SUPPORTED = ("supported: sequential or parallel pre-norm blocks (one norm or two); RoPE on every head dim or the first "
-             "ones (partial rotary), or learned positions; causal attention, optionally windowed; "
+             "ones (partial rotary), learned positions, or ALiBi; causal attention, optionally windowed; "
              "activations silu_glu, gelu_tanh_glu, gelu, gelu_tanh, relu")
 
 
 def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys, feature_the_chip_lacks):
     _, path = exported("neox")
     assert main(["compile", str(path), "--quant", "int8", "--context", "16", "-o", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err == (f"hardwire: error: {path}: the integer decoder does not implement ALiBi "
-                                       "positions yet (the import recovered and proved it; quantisation, the reference "
+    assert capsys.readouterr().err == (f"hardwire: error: {path}: the integer decoder does not implement mixture "
+                                       "of experts yet (the import recovered and proved it; quantisation, the reference "
                                        f"and the RTL do not); {SUPPORTED}\n")
     assert not (tmp_path / "b" / "decoder.v").exists()
 
@@ -158,10 +158,10 @@ def test_cli_compile_refuses_by_feature(exported, tmp_path, capsys, feature_the_
 def test_quantiser_refuses_what_the_chip_lacks(exported, feature_the_chip_lacks):
     _, path = exported("neox")
     ir = load(path, verify=False)
-    assert ir.config.features[-1] == "ALiBi positions"
+    assert ir.config.features[-1] == "mixture of experts"
     with pytest.raises(QuantizationError) as info:
         quantize(ir, "int8", context=16)
-    assert str(info.value) == (f"{path}: the integer decoder does not implement ALiBi positions yet (the import "
+    assert str(info.value) == (f"{path}: the integer decoder does not implement mixture of experts yet (the import "
                                f"recovered and proved it; quantisation, the reference and the RTL do not); {SUPPORTED}")
 
 

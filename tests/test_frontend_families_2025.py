@@ -1,7 +1,8 @@
 """The families of issue 35: RoPE of any frequency schedule (Llama 3.1's `llama3` scaling,
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
-scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
+scale), which need no new hardware; Qwen3's per-head q/k norm and BLOOM's and MPT's ALiBi, which do
+(tests/test_sim_cocotb.py decodes Qwen3 and BLOOM);
 and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
@@ -27,6 +28,7 @@ from hardwire.quant.tables import ROPE_BITS, rope_tables
 SCALED_ROPE = "RoPE schedule from the graph (frequencies not base^(-2i/d): scaled RoPE)"
 INTERLEAVED = "interleaved RoPE (pairs (2i, 2i + 1): q and k's rows reordered to rotate-half)"
 QK_NORM = "per-head q/k norm (RMSNorm of each head of q and k before RoPE)"
+ALIBI = "ALiBi (a linear bias per head on the scores, slopes 0.25, 0.0625, 0.015625, 0.00390625)"
 
 
 def _np(tensor: torch.Tensor) -> np.ndarray:
@@ -226,6 +228,85 @@ def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
         "(Qwen3, Gemma 3)"))
 
 
+def test_bloom_alibi(exported):
+    """BLOOM: ALiBi's slopes read off the bias added to the scores (by data flow: no node name), exactly Hugging
+    Face's; its embedding LayerNorm folded into the table (the tied head keeps the unnormed one); the fused qkv,
+    laid out [q_h, k_h, v_h] per head and cut by Gathers, gives each head its rows. Proven, and equal to the Hugging
+    Face model's logits to 64 positions; without the bias the float forward is far from them."""
+    import dataclasses
+
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    model, ir = _proven(exported, "bloom")
+    cfg = ir.config
+    slopes = tuple(float(s) for s in _get_alibi_slopes(4, torch.device("cpu")))
+    assert cfg.positions == "alibi" and cfg.alibi_slopes == slopes and ir.pos_embed is None
+    assert cfg.features == (ALIBI,)
+    assert cfg.folded == ("LayerNorm of the embedding (into the table; the head keeps the unnormed table)",)
+    assert cfg.norm == "layer" and cfg.activation == "gelu_tanh" and not cfg.tied_head
+    table = model.transformer.word_embeddings_layernorm(model.transformer.word_embeddings.weight)
+    assert np.allclose(ir.embed, _np(table), atol=1e-5)
+    assert np.array_equal(ir.head.weight, _np(model.lm_head.weight).astype(np.float32))
+    for layer, hf in zip(ir.layers, model.transformer.h, strict=True):
+        fused = _np(hf.self_attention.query_key_value.weight).reshape(4, 3, 16, 64)  # (head, q/k/v, dim, in)
+        for part, i in (("q", 0), ("k", 1), ("v", 2)):
+            assert np.array_equal(getattr(layer, part).weight, fused[:, i].reshape(64, 64).astype(np.float32))
+    _same_logits_as_hf(model, ir)
+    ids = torch.randint(0, 96, (1, 64), generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False).logits
+    flat = dataclasses.replace(ir, config=dataclasses.replace(cfg, alibi_slopes=None))
+    assert (float_forward(flat, ids) - want).abs().max() > 0.1 * want.abs().max()
+
+
+def test_mpt_alibi(exported):
+    """MPT builds ALiBi as slope_h * (key - last position), negative, from a table sliced to the sequence: read off
+    its graph as BLOOM's, equal to Hugging Face's slopes and logits to 64 positions."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    model, ir = _proven(exported, "mpt")
+    cfg = ir.config
+    bias = build_mpt_alibi_tensor(4, 2)  # (heads, 1, 2): -slope_h, 0
+    assert cfg.positions == "alibi" and cfg.alibi_slopes == tuple((-bias[:, 0, 0]).tolist())
+    assert cfg.features == (ALIBI,)
+    assert cfg.norm == "layer" and cfg.activation == "gelu" and cfg.tied_head and cfg.folded == ()
+    _same_logits_as_hf(model, ir)
+
+
+def test_a_bias_on_the_scores_that_is_not_alibi_is_refused_by_name(exported, tmp_path):
+    """BLOOM's graph with its ALiBi bias squared before it reaches the scores: a bias that does not grow linearly
+    with the key position is refused naming the Add, before any proof."""
+    _, path = exported("bloom")
+    proto = onnx.load(path)
+    nodes = list(proto.graph.node)
+    tile = next(n for n in nodes if n.op_type == "Tile")
+    for node in nodes:
+        node.input[:] = ["squared" if i == tile.output[0] else i for i in node.input]
+    proto.graph.node.insert(nodes.index(tile) + 1, onnx.helper.make_node(
+        "Mul", [tile.output[0], tile.output[0]], ["squared"], name="square"))
+    bad = tmp_path / "squared.onnx"
+    onnx.save(proto, bad)
+    _refused(bad, re.escape(f"{bad}: could not place Add node '") + r"[^']+" + re.escape(
+        "': a bias on the scores that does not grow linearly with the key position (one slope per head, the same for "
+        "every query) is not supported; supported: ALiBi (BLOOM, MPT)"))
+
+
+def test_alibi_with_windows_is_refused_by_the_quantiser(exported):
+    """The chip keeps a windowed layer's keys in a ring of slots, whose positions it does not hold: BLOOM as if its
+    layers were windowed is refused by name before any work, not compiled wrongly."""
+    import dataclasses
+
+    from hardwire.quant.weights import QuantizationError
+
+    _, path = exported("bloom")
+    ir = load(path, verify=False)
+    windowed = dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_windows=(8, None)))
+    with pytest.raises(QuantizationError, match=re.escape(
+            "the integer decoder does not implement ALiBi with windowed attention (the chip's ring of keys does not "
+            "hold their positions) yet")):
+        quantize(windowed, "int8", context=24)
+
+
 def test_gemma2_soft_capping_is_refused_by_name(exported):
     _, path = exported("gemma2")
     _refused(path, re.escape(f"{path}: could not place ") + r"Tanh node '[^']+'" + re.escape(
@@ -252,7 +333,7 @@ def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
-    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24)])
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("bloom", "int8", 32), ("mpt", "int8", 32)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""

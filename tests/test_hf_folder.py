@@ -117,7 +117,7 @@ def test_folder_of_an_unsupported_family(tmp_path, capsys):
     folder = _folder(tmp_path, {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}, weights=True)
     assert _error(capsys, folder) == (f"hardwire: error: {folder}: model_type 'mamba' (MambaForCausalLM) is not a "
                                       "family hardwire imports; supported: llama, qwen2, qwen3, mistral, gpt2, gpt_neox, "
-                                      "gemma, gpt_neo, opt, phi, phi3, gptj, granite, cohere\n")
+                                      "gemma, gpt_neo, opt, phi, phi3, gptj, granite, cohere, bloom, mpt\n")
 
 
 def test_folder_without_safetensors(tmp_path, capsys):

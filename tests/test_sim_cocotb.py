@@ -7,7 +7,8 @@ the assertions here check what it recorded.
 
 A Verilator build takes most of a minute (weights as logic: two to four), so each case here is
 one that no other case covers: the Hugging Face Llama with grouped-query attention, each family
-of docs/frontend.md in int8 and a 4-bit scheme (GPT-Neo's block is GPT-2's), the bundled model,
+of docs/frontend.md in int8 and a 4-bit scheme (GPT-Neo's block is GPT-2's; Qwen3's q/k norm and BLOOM's ALiBi
+each in a test of its own), the bundled model,
 several engine shapes (weights as logic: tests/test_rtl_decoder.py; storage and scheme are
 independent in the weight store, whose every word test_rtl_weight_store.py reads in both
 storages for every format); the tests that can share a build (xdist_group) share it.
@@ -120,6 +121,35 @@ def test_qwen3_per_head_qk_norm_token_exact(exported, tmp_path, scheme):
     result = simulate(tmp_path, QWEN3_PROMPT, 8, seed=4, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
                       optimise=False, progress=False)
     assert result.match and result.outputs == want and len(result.tokens) == 8
+    if timed:
+        plan = HardwarePlan(lanes=8)
+        assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
+
+
+BLOOM_PROMPT = [60, 7, 33, 90, 12, 48, 3, 71]  # its outputs vary and change under every break, ALiBi's included
+
+
+@pytest.mark.parametrize("scheme,rows", [("int8", 1), ("int4", 4)])
+def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows):
+    """BLOOM's ALiBi on the chip: each score of head h plus alibi[h] times its key's position (numerics §6), a running
+    sum per beat in the epilogue, token for token with the reference over 20 positions, in int8 (one epilogue lane,
+    every token's cycles equal to the plan's: the bias costs none) and int4 (4 x 8 with attention, the epilogue and
+    the softmax on 4: scores pass in beats of 4, so that lanes 1-3 add their own multiple of the slope; under idle
+    input and backpressure). The case catches every break, ALiBi dropped and each head given the next head's slope
+    among them."""
+    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+    ir = _hf_ir(exported, "bloom")
+    assert ir.config.positions == "alibi"
+    qm = quantize(ir, scheme, context=24)
+    assert {"alibi_dropped", "alibi_heads_rolled"} <= set(breaks(qm))
+    want = assert_case_catches(qm, BLOOM_PROMPT, 12)
+    compile_to(qm, tmp_path, lanes=8, rows=rows, attention_rows=rows, epilogue_lanes=rows, softmax_lanes=rows,
+               storage="rom", progress=False)
+    timed = scheme == "int8"
+    result = simulate(tmp_path, BLOOM_PROMPT, 12, seed=5, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
+                      optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 12
     if timed:
         plan = HardwarePlan(lanes=8)
         assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
