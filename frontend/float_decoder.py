@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, head_norm, rope_tables
+from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, head_norm, rope_tables, soft_cap
 from .ir import Linear, ModelIR, Norm
 
 Step = Callable[..., torch.Tensor]
@@ -126,7 +126,12 @@ class FloatDecoder:
         return _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, _ignore, ""), ir.head)
 
     def feed(self, tokens: list[int]) -> torch.Tensor:
-        """Append tokens to the sequence in one call; -> float32 logits (len(tokens), vocab)."""
+        """Append tokens to the sequence in one call; -> float32 logits (len(tokens), vocab), soft-capped where the
+        model caps them (Gemma 2), as float_forward's."""
+        return soft_cap(self._advance(tokens), self.ir.config.logit_softcap)
+
+    def _advance(self, tokens: list[int]) -> torch.Tensor:
+        """feed's work: -> the head's output before any soft-cap, which greedy decoding takes the argmax of."""
         vocab = self.ir.config.vocab_size
         bad = [tok for tok in tokens if not 0 <= tok < vocab]
         if bad:
@@ -148,11 +153,11 @@ class FloatDecoder:
         if not prompt:
             raise DecodeError("the prompt is empty; at least one token is needed")
         self.reset()
-        logits = self.feed(list(prompt))[-1]
+        logits = self._advance(list(prompt))[-1]  # uncapped: the soft-cap keeps the argmax (numerics §8)
         out: list[int] = []
         for _ in range(n):
             out.append(int(logits.argmax()))
             if len(out) < n:
-                logits = self.feed(out[-1:])[-1]
+                logits = self._advance(out[-1:])[-1]
         return out
 

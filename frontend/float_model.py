@@ -57,6 +57,13 @@ def head_norm(x: torch.Tensor, norm: Norm, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _t(norm.weight)
 
 
+def soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """Gemma 2's logit soft-cap, cap * tanh(logits / cap), or the logits themselves (no cap). It is increasing, so the
+    argmax is that of the logits it caps: the chip takes that one (numerics §8), and so do greedy comparisons here
+    (float32 tanh rounds to +-1 far out, which could tie what the uncapped logits order)."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
+
+
 def rope_tables(head_dim: int, theta: float, positions: int,
                 inv_freq: tuple[float, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape (positions, head_dim) in the rotate-half layout (head_dim: the rotated dims): the angle per
@@ -120,8 +127,10 @@ def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: 
 
 
 @torch.no_grad()
-def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep) -> torch.Tensor:
-    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32.
+def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep,
+                  capped: bool = True) -> torch.Tensor:
+    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32; with a logit soft-cap (Gemma 2) the capped
+    logits, or (capped=False) the head's output before the cap: what the chip's argmax reads, and the `logits` site.
 
     observe(site, tensor) sees the values at each site that becomes an integer format in
     hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
@@ -173,5 +182,6 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
         x = site("residual", x + _linear(y, layer.o))
         h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm", transform)
         x = site("residual", x + _mlp(h, layer, cfg, observe, i, transform))
-    return site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
-                                  ir.head))
+    logits = site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
+                                    ir.head))
+    return soft_cap(logits, cfg.logit_softcap) if capped else logits

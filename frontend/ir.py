@@ -46,6 +46,8 @@ class ModelConfig:
     #   (Llama 3, linear, YaRN scaling); None: rope_theta**(-2i / rotary dims)
     qk_norm: bool = False  # an RMSNorm over each head of q and of k (Layer.q_norm, k_norm; norm_eps), after their
     #   projections and before RoPE (Qwen3, Gemma 3)
+    logit_softcap: float | None = None  # logits are cap * tanh(z / cap) of the head's output z (Gemma 2); the chip
+    #   takes the argmax of z, the same token (numerics §8)
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
 
     @property
@@ -82,6 +84,9 @@ class ModelConfig:
         if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
             out.append(f"windowed attention ({layers})")
+        if self.logit_softcap is not None:
+            out.append(f"logit soft-capping {self.logit_softcap:g} (cap * tanh(logits / cap): the argmax of the "
+                       "uncapped logits is the same token)")
         return tuple(out)
 
 

@@ -293,7 +293,7 @@ SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)"
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
 IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
-                        "RoPE schedule", "per-head q/k norm")
+                        "RoPE schedule", "per-head q/k norm", "logit soft-capping")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:

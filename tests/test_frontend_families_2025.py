@@ -232,21 +232,71 @@ def test_gemma2_soft_capping_is_refused_by_name(exported):
         ": attention soft-capping (tanh of the scores: Gemma 2) is not supported"))
 
 
-def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
-    """Granite's logits capped as Gemma 2 caps them (tanh(x / 30) * 30 after the head) by editing its graph."""
+def _capped_granite(exported, tmp_path, cap: float = 0.25):
+    """Granite's graph with its logits capped as Gemma 2 caps them (tanh(x / cap) * cap after the head and Granite's
+    own logits multiplier; Gemma 2's cap is 30, 0.25 bites on this random model's logits of about 0.3): -> (Granite's
+    path, the capped model's path)."""
     _, path = exported("granite")
     proto = onnx.load(path)
     logits = proto.graph.output[0].name
     last = next(n for n in proto.graph.node if logits in n.output)
     last.output[0] = "uncapped"
-    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(30.0, np.float32), "cap"))
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(cap, np.float32), "cap"))
     proto.graph.node.extend([onnx.helper.make_node("Div", ["uncapped", "cap"], ["scaled"], name="cap_div"),
                              onnx.helper.make_node("Tanh", ["scaled"], ["capped"], name="cap_tanh"),
                              onnx.helper.make_node("Mul", ["capped", "cap"], [logits], name="cap_mul")])
-    bad = tmp_path / "capped.onnx"
-    onnx.save(proto, bad)
-    _refused(bad, re.escape(f"{bad}: could not place Tanh node 'cap_tanh': logit soft-capping (tanh of the logits: "
-                            "Gemma 2) is not supported"))
+    capped = tmp_path / "capped.onnx"
+    onnx.save(proto, capped)
+    return path, capped
+
+
+LOGIT_CAP = "logit soft-capping 0.25 (cap * tanh(logits / cap): the argmax of the uncapped logits is the same token)"
+
+
+def test_logit_soft_capping_is_imported(exported, tmp_path):
+    """Gemma 2's cap * tanh(z / cap) of the logits: read as ModelConfig.logit_softcap (the scalars around the Tanh,
+    Granite's multiplier among them, folded into the head as before), proven against onnxruntime. The head gives z,
+    the float forward caps it; the chip takes the argmax of z, which the increasing cap keeps (numerics §8), so the
+    integer decoder is the uncapped model's: with one calibration text, the same QModel logits."""
+    from hardwire.quant.reference import ReferenceDecoder, forward
+
+    plain_path, path = _capped_granite(exported, tmp_path)
+    ir, plain = load(path), load(plain_path, verify=False)
+    assert ir.proof.passed, ir.proof.summary()
+    cfg = ir.config
+    assert cfg.logit_softcap == 0.25 and cfg.features == (LOGIT_CAP,) and cfg.folded == plain.config.folded
+    assert np.array_equal(ir.head.weight, plain.head.weight)
+    ids = torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(4))
+    z = float_forward(ir, ids, capped=False)
+    assert torch.equal(z, float_forward(plain, ids))
+    assert torch.allclose(float_forward(ir, ids), 0.25 * torch.tanh(z / 0.25), rtol=1e-6, atol=1e-6)
+    assert (float_forward(ir, ids) - z).abs().max() > 0.02  # the cap bites on these logits
+    calib = ids[:, :16]
+    qm, qplain = quantize(ir, "int8", context=24, calib_ids=calib), quantize(plain, "int8", context=24, calib_ids=calib)
+    assert torch.equal(forward(qm, ids), forward(qplain, ids))
+    agree = (forward(qm, ids).argmax(-1) == float_forward(ir, ids).argmax(-1)).double().mean()
+    assert agree >= 0.9, agree
+    assert ReferenceDecoder(qm).generate([5, 17, 3], 8) == ReferenceDecoder(qplain).generate([5, 17, 3], 8)
+
+
+def test_float_greedy_takes_the_argmax_before_the_cap():
+    """float32's tanh rounds to 1 past about 9: capped logits of 400 and 500 under a cap of 30 tie at 30, and the
+    capped argmax would take the lower id, where the uncapped logits (the chip's, numerics §8) order them. The
+    float side's greedy decoding and comparisons therefore read the uncapped logits too."""
+    from hardwire.frontend.float_model import soft_cap
+
+    z = torch.tensor([400.0, 500.0, -3.0])
+    assert soft_cap(z, 30.0)[0] == soft_cap(z, 30.0)[1] == 30.0
+    assert int(soft_cap(z, 30.0).argmax()) == 0 and int(z.argmax()) == 1
+    assert torch.equal(soft_cap(z, None), z)
+
+
+def test_a_decreasing_logit_cap_is_refused_by_name(exported, tmp_path):
+    """A cap of -0.25 makes the logits decreasing in the head's output: its argmax would be the chip's argmin."""
+    _, bad = _capped_granite(exported, tmp_path, cap=-0.25)
+    _refused(bad, re.escape(f"{bad}: could not place Tanh node 'cap_tanh': a logit soft-cap c * tanh(b * z) with "
+                            "b = -0.5, c = -0.25 is not supported; supported: b and c positive (then it is "
+                            "increasing in z)"))
 
 
 @pytest.mark.parametrize("name,scheme,context", [
@@ -263,7 +313,7 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     qm = quantize(ir, scheme, context=context)
     ids = torch.randint(0, 96, (1, context), generator=torch.Generator().manual_seed(3))
     got = forward(qm, ids).double() * qm.scales["logits"]
-    want = float_forward(ir, ids).double()
+    want = float_forward(ir, ids, capped=False).double()  # a logit soft-cap keeps the argmax: the chip's (numerics §8)
     # as in test_frontend_families.py: random models' logits lie close, and MXFP4 flips more greedy choices (measured
     # 2026-12-07: agreement 0.92-0.96 in int8, 0.75 for GPT-J in MXFP4; error 0.03-0.074 in int8, 0.34 in MXFP4; the
     # other families' 4-bit schemes agree 0.54-0.58 on these random models, below any useful bound)
