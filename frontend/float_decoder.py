@@ -14,7 +14,20 @@ from collections.abc import Callable
 
 import torch
 
-from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, head_norm, rope_tables, soft_cap
+from .float_model import (
+    _attend,
+    _ignore,
+    _keep,
+    _linear,
+    _mlp,
+    _norm,
+    _post,
+    _rotate,
+    _t,
+    head_norm,
+    rope_tables,
+    soft_cap,
+)
 from .ir import Linear, ModelIR, Norm
 
 Step = Callable[..., torch.Tensor]
@@ -39,6 +52,8 @@ def torch_weights(ir: ModelIR) -> ModelIR:
     layers = tuple(dataclasses.replace(layer, attn_norm=norm(layer.attn_norm), q=lin(layer.q), k=lin(layer.k),
                                        q_norm=None if layer.q_norm is None else norm(layer.q_norm),
                                        k_norm=None if layer.k_norm is None else norm(layer.k_norm),
+                                       post_attn_norm=None if layer.post_attn_norm is None else norm(layer.post_attn_norm),
+                                       post_mlp_norm=None if layer.post_mlp_norm is None else norm(layer.post_mlp_norm),
                                        v=lin(layer.v), o=lin(layer.o), mlp_norm=norm(layer.mlp_norm),
                                        up=lin(layer.up), down=lin(layer.down),
                                        gate=None if layer.gate is None else lin(layer.gate))
@@ -120,9 +135,9 @@ class FloatDecoder:
                 h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
                 x = x + _linear(y, layer.o) + _mlp(h, layer, cfg, _ignore, i)
                 continue
-            x = x + _linear(y, layer.o)
+            x = x + _post(_keep, _linear(y, layer.o), layer.post_attn_norm, cfg, "")
             h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
-            x = x + _mlp(h, layer, cfg, _ignore, i)
+            x = x + _post(_keep, _mlp(h, layer, cfg, _ignore, i), layer.post_mlp_norm, cfg, "")
         return _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, _ignore, ""), ir.head)
 
     def feed(self, tokens: list[int]) -> torch.Tensor:

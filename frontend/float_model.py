@@ -126,6 +126,13 @@ def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: 
     return _linear(inner, layer.down)
 
 
+def _post(site: Callable[[str, torch.Tensor], torch.Tensor], out: torch.Tensor, norm: Norm | None, cfg: ModelConfig,
+          name: str) -> torch.Tensor:
+    """A sublayer's output on its way to the residual: through its post-sublayer RMSNorm (Gemma 2, 3), whose input is
+    a site of its own (`name`: the projection's output, int16 at its own step on the chip), or as it is."""
+    return out if norm is None else head_norm(site(name, out), norm, cfg.norm_eps)
+
+
 @torch.no_grad()
 def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep,
                   capped: bool = True) -> torch.Tensor:
@@ -179,9 +186,10 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
                                                 f"layers.{i}.mlp_norm", transform)
             x = site("residual", x + _linear(y, layer.o) + _mlp(h, layer, cfg, observe, i, transform))
             continue
-        x = site("residual", x + _linear(y, layer.o))
+        x = site("residual", x + _post(site, _linear(y, layer.o), layer.post_attn_norm, cfg, f"layers.{i}.o_out"))
         h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm", transform)
-        x = site("residual", x + _mlp(h, layer, cfg, observe, i, transform))
+        mlp = _mlp(h, layer, cfg, observe, i, transform)
+        x = site("residual", x + _post(site, mlp, layer.post_mlp_norm, cfg, f"layers.{i}.down_out"))
     logits = site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
                                     ir.head))
     return soft_cap(logits, cfg.logit_softcap) if capped else logits

@@ -146,6 +146,10 @@ def breaks(qm: QModel) -> dict[str, Break]:
         Break("qk_norm_skipped", "q and k reach RoPE as projected: the per-head q/k norm skipped",
               lambda qm: any(layer.q_norm is not None for layer in qm.layers),
               lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, q_norm=None, k_norm=None))),
+        Break("post_norm_skipped", "o's and down's outputs reach the residual as they are: the post-sublayer norms "
+              "skipped", lambda qm: any(layer.post_attn_norm is not None for layer in qm.layers),
+              lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, post_attn_norm=None,
+                                                                          post_mlp_norm=None))),
         Break("kv_heads_rolled", "query heads read the wrong kv head (grouped-query mapping)",
               lambda qm: qm.config.n_kv_heads > 1 and qm.config.n_kv_heads < qm.config.n_heads, _kv_heads_rolled),
     ]

@@ -77,7 +77,7 @@ class QLayer:
     q: QLinear  # -> int8, scale s_q
     k: QLinear  # -> int8, scale s_k
     v: QLinear  # -> int8, scale s_v
-    o: QLinear  # int8 attention output (its own step) -> int16 residual
+    o: QLinear  # int8 attention output (its own step) -> int16 residual (or int16 at its own step: post_attn_norm)
     sm_mult: int  # (max - score) -> exp table index
     sm_shift: int
     att_mult: int  # sum p*v (Q15 x s_v) -> int8 attention output
@@ -89,6 +89,8 @@ class QLayer:
     gate: QLinear | None = None  # -> int8 (gated MLPs); the hidden SILU[g] * u is int16
     q_norm: QNorm | None = None  # per-head q/k norm (numerics §6): each head of raw q (int12) -> int12 into RoPE
     k_norm: QNorm | None = None  #   (head_dim,) multipliers: the gain's magnitude folded in, its sign in q's rows
+    post_attn_norm: QNorm | None = None  # post-sublayer norms (numerics §5): o's int16 output (its own step) -> the
+    post_mlp_norm: QNorm | None = None  #   int16 residual's step, (d_model,) multipliers with the gain's magnitude
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
 scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
-and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
+Gemma 2's logit soft-capping (the chip takes the argmax before the cap) and Gemma 2's and 3's post-sublayer norms (through
+the chip's norm unit: tests/test_sim_cocotb.py); and the refusals, by name, of what the chip does not compute (Gemma 2's
+attention soft-capping, a q norm without a k norm).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
 proven against onnxruntime; the checks below compare the IR with the Hugging Face model's own parameters, so that a
@@ -183,7 +185,7 @@ def test_qwen3_per_head_qk_norm(exported):
 def test_gemma3_qk_norm_takes_the_score_scale(exported):
     """Gemma 3's per-head q/k norms ((1 + w) gains) behind a score scale of 24^-0.5 for heads of 16: the scale goes
     into q's norm gain (into q's rows the norm would undo it), proven, equal to Hugging Face's logits. Its post-sublayer
-    norms are identities in this export (test_gemma3_post_sublayer_norms_are_refused_by_name)."""
+    norms are identities in this export (test_gemma3_post_sublayer_norms reads them)."""
     model, ir = _proven(exported, "gemma3-prenorm")
     cfg = ir.config
     assert cfg.qk_norm and cfg.attn_windows == (16, 16)
@@ -199,12 +201,39 @@ def test_gemma3_qk_norm_takes_the_score_scale(exported):
     _same_logits_as_hf(model, ir)
 
 
-def test_gemma3_post_sublayer_norms_are_refused_by_name(exported):
-    """Gemma 3 norms the attention's output before its residual Add: refused naming the norm, not by the proof."""
-    _, path = exported("gemma3")
-    _refused(path, re.escape(f"{path}: could not place ") + r"\w+ node '[^']+'" + re.escape(
-        ": a norm of the attention's output before the residual Add (a post-sublayer norm: Gemma 2, Gemma 3) is not "
-        "supported"))
+POST_NORMS = "post-sublayer norms (RMSNorm of the attention's and the MLP's outputs before the residual Adds)"
+
+
+def _same_post_norms(ir, model) -> None:
+    """The IR's post-sublayer norm gains are Hugging Face's (1 + w), read from the graph's constants."""
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        for mine, theirs in ((layer.post_attn_norm, hf.post_attention_layernorm),
+                             (layer.post_mlp_norm, hf.post_feedforward_layernorm)):
+            assert mine.bias is None and np.allclose(mine.weight, 1 + _np(theirs.weight), rtol=1e-6)
+            assert not np.allclose(mine.weight, 1.0)  # perturbed: a gain left out would show
+
+
+def test_gemma3_post_sublayer_norms(exported):
+    """Gemma 3 norms the attention's and the MLP's outputs before each residual Add (the "sandwich" norms): read as
+    Layer.post_attn_norm / post_mlp_norm with (1 + w) gains, beside its q/k norms and windows, proven and equal to
+    Hugging Face's logits."""
+    model, ir = _proven(exported, "gemma3")
+    cfg = ir.config
+    assert cfg.post_norms and cfg.qk_norm and cfg.attn_windows == (16, 16) and cfg.norm_eps == model.config.rms_norm_eps
+    assert cfg.features == (QK_NORM, "windowed attention (layer 0: 16, layer 1: 16)", POST_NORMS)
+    _same_post_norms(ir, model)
+    _same_logits_as_hf(model, ir)
+
+
+def test_gemma2_with_uncapped_scores(exported):
+    """Gemma 2 but for its attention soft-cap: the post-sublayer norms, the logit soft-cap of 30, a local layer (16)
+    then a global one, query_pre_attn_scalar 256 folded into q; proven, equal to Hugging Face's (capped) logits."""
+    model, ir = _proven(exported, "gemma2-uncapped-scores")
+    cfg = ir.config
+    assert cfg.post_norms and cfg.logit_softcap == 30.0 and cfg.attn_windows == (16, None)
+    assert cfg.features == ("windowed attention (layer 0: 16)", POST_NORMS, LOGIT_CAP.replace("0.25", "30"))
+    _same_post_norms(ir, model)
+    _same_logits_as_hf(model, ir)
 
 
 def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
@@ -302,7 +331,8 @@ def test_a_decreasing_logit_cap_is_refused_by_name(exported, tmp_path):
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
-    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24)])
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("gemma3", "int8", 24), ("gemma3", "int4", 24),
+    ("gemma2-uncapped-scores", "int8", 24)])
 def test_decode_in_the_reference(exported, name, scheme, context):
     """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
     decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
@@ -355,6 +385,39 @@ def test_qk_norm_gains_of_any_sign(exported):
     assert int(qm.layers[0].q_norm.shift[5]) == 62 and int(qm.layers[0].q_norm.mult[5]) == 1  # a zero gain: 0 out
     out_steps = np.array(qm.steps["layers.0.q"][1])
     assert (np.sign(out_steps) == np.tile(np.where(ir.layers[0].q_norm.weight < 0, -1, 1), 4)).all()
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
+    got = forward(qm, ids).double() * qm.scales["logits"]
+    want = float_forward(ir, ids).double()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+    assert (got - want).abs().max() <= 0.08 * want.abs().max()
+
+
+def test_post_norm_gains_of_any_sign(exported):
+    """The post-sublayer norms' multipliers hold magnitudes too: a negative gain's sign goes into its row of o (down)
+    (fold_post_signs), a zero gain gets a vanishing multiplier. Gemma 3 with every third gain negated and one zero
+    decodes in the integer reference as closely as the model itself does, and o's and down's output steps carry the
+    signs (what the host's LoRA reads)."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Norm
+    from hardwire.quant.reference import forward
+
+    ir = load(exported("gemma3")[1], verify=False)
+
+    def signed(norm: Norm) -> Norm:
+        w = norm.weight.copy()
+        w[::3] *= -1
+        w[5] = 0.0
+        return Norm(w)
+
+    ir = dataclasses.replace(ir, layers=tuple(dataclasses.replace(
+        layer, post_attn_norm=signed(layer.post_attn_norm), post_mlp_norm=signed(layer.post_mlp_norm))
+        for layer in ir.layers))
+    qm = quantize(ir, "int8", context=24)
+    assert int(qm.layers[0].post_mlp_norm.shift[5]) == 62 and int(qm.layers[0].post_mlp_norm.mult[5]) == 1
+    for part in ("o", "down"):
+        out_steps = np.array(qm.steps[f"layers.1.{part}"][1])
+        assert (np.sign(out_steps) == np.where(ir.layers[1].post_attn_norm.weight < 0, -1, 1)).all()
     ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
     got = forward(qm, ids).double() * qm.scales["logits"]
     want = float_forward(ir, ids).double()
