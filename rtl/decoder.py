@@ -60,8 +60,6 @@ def _check(qm: QModel, rows: int, lanes: int, storage: str, attention_rows: int 
         if attention_rows not in ok:
             raise ValueError(f"attention rows must be a power of two that divides the head width {cfg.head_dim} and is "
                              f"at most rows ({rows}), got {attention_rows!r}; accepted: {', '.join(map(str, ok))}")
-    if cfg.post_norms:
-        raise ValueError("post-sublayer norms (Gemma 2, Gemma 3) are in the integer reference but not yet in the RTL")
     if storage not in ("rom", "logic"):
         raise ValueError(f"storage must be 'rom' or 'logic', got {storage!r}")
     if dsp_rows is not None and (isinstance(dsp_rows, bool) or not isinstance(dsp_rows, int) or

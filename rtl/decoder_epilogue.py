@@ -175,7 +175,7 @@ def _lora_delta(m: Module, dims: Dims, p: Product, units: Units, lora: LoraBank,
 def _destinations(m: Module, dims: Dims, p: Product, r: _Rows, y: _Beat, kv: KvCache, vectors: Vectors, units: Units,
                   control: Control, link: NormLink) -> None:
     """The projections' destinations: raw q and k, the transposed V cache, the residual (whose update also streams
-    into the next norm unit), the gate vector and the activation units."""
+    into the next norm unit), a post-sublayer norm, the gate vector and the activation units."""
     took = r.took
     m.d.comb += took.eq(y.valid & r.dest_ready)
     with m.If(took):
@@ -198,6 +198,10 @@ def _destinations(m: Module, dims: Dims, p: Product, r: _Rows, y: _Beat, kv: KvC
             m.d.comb += r.dest_ready.eq(resid_free)
             with m.If(took):
                 m.d.sync += resid_capture
+        if dims.post_norms:
+            with m.Case(Mode.POST):  # o's or down's rows straight into their post-sublayer norm, beat by beat
+                m.d.comb += [r.dest_ready.eq(link.ready), link.valid.eq(y.valid), link.count.eq(beat),
+                             *(link.values[e].eq(y.y16[e]) for e in range(dims.wide))]
         with m.Case(Mode.GATE):
             m.d.comb += r.dest_ready.eq(1)
             run_into(m, vectors.gate, row_out, y8, beat, took)

@@ -32,7 +32,8 @@ class Units:
     rescales: list[Rescale]  # one per epilogue lane, in lockstep
     emb_rescale: Rescale  # the embedding's (and learned positions')
     norm_unit: NormUnit  # every norm site, chosen by its `site`
-    norm_names: list[str]  # the sites in that order: attn{i}, mlp{i} (unless shared), final
+    norm_names: list[str]  # the sites in that order: attn{i}, mlp{i} (unless shared), post_attn{i}, post_mlp{i} (post-
+    #                        sublayer norms), final
     softmax: Softmax  # every layer's, chosen by its `site`
     softmax_in: SkidBuffer  # the softmax's input register
     acts: list[Glu | TableLookup]  # one per epilogue lane, every layer's table, chosen by its `site`
@@ -61,6 +62,8 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
         norm_sites[f"attn{i}"] = layer.attn_norm
         if not cfg.shared_norm:  # one norm for both sublayers (Phi): its activations serve the MLP too
             norm_sites[f"mlp{i}"] = layer.mlp_norm
+        if layer.post_attn_norm is not None:  # Gemma 2, 3: o's and down's outputs, int16 to the residual's step
+            norm_sites[f"post_attn{i}"], norm_sites[f"post_mlp{i}"] = layer.post_attn_norm, layer.post_mlp_norm
     if qm.has_head:  # a chain's earlier boards pass the residual on instead
         norm_sites["final"] = qm.final_norm
     norm_unit = NormUnit(dims.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)

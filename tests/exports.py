@@ -245,17 +245,18 @@ def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
     return model
 
 
-def hf_gemma2(seed: int = 0, attention_cap: float | None = 50.0) -> torch.nn.Module:
+def hf_gemma2(seed: int = 0, attention_cap: float | None = 50.0, tied: bool = True) -> torch.nn.Module:
     """Gemma 2: tanh soft-capping of the scores and the logits, norms of the attention's and the MLP's outputs before
     each residual Add, alternating local (a window of 16) and global layers. attention_cap=None leaves the scores
-    uncapped (the logits' cap of 30 stays)."""
+    uncapped (the logits' cap of 30 stays); tied=False gives it a head of its own (tied, a random Gemma mostly
+    echoes its input: the embedding is scaled by sqrt(d_model))."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     torch.manual_seed(seed)
     cfg = Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX, sliding_window=16,
                        attn_logit_softcapping=attention_cap, final_logit_softcapping=30.0, bos_token_id=0,
-                       eos_token_id=0, pad_token_id=0)
+                       eos_token_id=0, pad_token_id=0, tie_word_embeddings=tied)
     return perturb(Gemma2ForCausalLM(cfg), seed)
 
 
@@ -270,5 +271,5 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "gemma3": hf_gemma3,
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
     "gemma2": hf_gemma2,
-    "gemma2-uncapped-scores": lambda: hf_gemma2(attention_cap=None),
+    "gemma2-uncapped-scores": lambda: hf_gemma2(attention_cap=None, tied=False),
 }

@@ -125,6 +125,34 @@ def test_qwen3_per_head_qk_norm_token_exact(exported, tmp_path, scheme):
         assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
 
 
+GEMMA2_PROMPT = [64, 17, 36, 17, 12, 79, 32, 68, 90, 77, 18, 39]  # varied outputs, every break changes one
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_gemma2_post_sublayer_norms_token_exact(exported, tmp_path, scheme):
+    """Gemma 2's post-sublayer norms on the chip (its attention soft-cap left out of this export): O and DOWN load the
+    model's norm unit with their own site, whose int16 output is then added to the residual an element a cycle
+    (numerics §5), token for token with the reference in int8 and int4 past its local layer's window of 16 (a prompt
+    of 12 and 8 generated at context 24), its logits' cap taken as the argmax before it (numerics §8); the int8 case
+    with every token's cycles equal to the plan's (its post-norm and post_add phases), the int4 case under idle input
+    and backpressure. The case catches every break, the post norms skipped among them."""
+    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+    ir = _hf_ir(exported, "gemma2-uncapped-scores")
+    assert ir.config.post_norms and ir.config.logit_softcap == 30.0 and ir.config.attn_windows == (16, None)
+    qm = quantize(ir, scheme, context=24)
+    assert {"post_norm_skipped", "window_ignored"} <= set(breaks(qm))
+    want = assert_case_catches(qm, GEMMA2_PROMPT, 8)
+    compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
+    timed = scheme == "int8"
+    result = simulate(tmp_path, GEMMA2_PROMPT, 8, seed=5, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
+                      optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 8
+    if timed:
+        plan = HardwarePlan(lanes=8)
+        assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
+
+
 @pytest.mark.xdist_group("bundled_int8")
 def test_bundled_model_generates_16_tokens(bundled_int8, tmp_path):
     """16 tokens keep the suite within 15 minutes; the reference's own golden test runs 32, `make demo` simulates 32."""
