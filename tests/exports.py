@@ -227,10 +227,11 @@ def hf_qwen3(seed: int = 0) -> torch.nn.Module:
     return perturb(Qwen3ForCausalLM(cfg), seed)
 
 
-def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
+def hf_gemma3(seed: int = 0, post_norms: bool = True, post_mlp_norm: bool = True) -> torch.nn.Module:
     """Gemma 3: per-head q/k norms with (1 + w) gains, a score scale of query_pre_attn_scalar^-0.5 (24, not the
     head's 16), local layers (a window of 16), and norms of the attention's and the MLP's outputs before each residual
-    Add (refused by name). post_norms=False replaces those with identities: a pre-norm block that imports."""
+    Add. post_norms=False replaces those with identities (a pre-norm block), post_mlp_norm=False only the MLP's
+    (refused by name)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(seed)
@@ -238,9 +239,10 @@ def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX,
                            sliding_window=16, query_pre_attn_scalar=24, bos_token_id=0, eos_token_id=0, pad_token_id=0)
     model = perturb(Gemma3ForCausalLM(cfg), seed)
-    if not post_norms:
-        for layer in model.model.layers:
+    for layer in model.model.layers:
+        if not post_norms:
             layer.post_attention_layernorm = torch.nn.Identity()
+        if not post_norms or not post_mlp_norm:
             layer.post_feedforward_layernorm = torch.nn.Identity()
     return model
 
@@ -270,6 +272,7 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "qwen3": hf_qwen3,
     "gemma3": hf_gemma3,
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
+    "gemma3-attention-post-norm-only": lambda: hf_gemma3(post_mlp_norm=False),
     "gemma2": hf_gemma2,
     "gemma2-uncapped-scores": lambda: hf_gemma2(attention_cap=None, tied=False),
 }
