@@ -101,7 +101,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     b, _, t, _ = q.shape
     group = cfg.n_heads // cfg.n_kv_heads
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, T, hd)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, T)
+    scores = soft_cap((q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim), cfg.attn_softcap)  # (b, h, t, T)
     scores = scores.masked_fill(~mask, float("-inf"))
     y = transform(f"{name}.probs", scores.softmax(-1)) @ v  # (b, h, t, hd)
     return y.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim)

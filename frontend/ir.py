@@ -48,6 +48,8 @@ class ModelConfig:
     #   projections and before RoPE (Qwen3, Gemma 3)
     post_norms: bool = False  # an RMSNorm (Layer.post_attn_norm, post_mlp_norm; norm_eps) of the attention's and the
     #   MLP's outputs before each residual Add: Gemma 2's and Gemma 3's "sandwich" norms
+    attn_softcap: float | None = None  # the softmax reads c * tanh(s / c) of the scaled scores s (Gemma 2;
+    #   numerics §6: a table in the scores' integer domain)
     logit_softcap: float | None = None  # logits are cap * tanh(z / cap) of the head's output z (Gemma 2); the chip
     #   takes the argmax of z, the same token (numerics §8)
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
@@ -88,6 +90,8 @@ class ModelConfig:
             out.append(f"windowed attention ({layers})")
         if self.post_norms:
             out.append("post-sublayer norms (RMSNorm of the attention's and the MLP's outputs before the residual Adds)")
+        if self.attn_softcap is not None:
+            out.append(f"attention soft-capping {self.attn_softcap:g} (scores cap * tanh(s / cap) before the softmax)")
         if self.logit_softcap is not None:
             out.append(f"logit soft-capping {self.logit_softcap:g} (cap * tanh(logits / cap): the argmax of the "
                        "uncapped logits is the same token)")

@@ -206,7 +206,7 @@ class _Recovery(SublayerReader):
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary, schedules, qk_norms, post_norms = set(), set(), set(), set(), set()
+        layouts, rotary, schedules, qk_norms, post_norms, caps = set(), set(), set(), set(), set(), set()
         windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
@@ -230,6 +230,7 @@ class _Recovery(SublayerReader):
                                       "block, is not supported; supported: post-sublayer norms of both sublayers of a "
                                       "sequential block (Gemma 2, Gemma 3)")
             post_norms.add(posts[0])
+            caps.add(None if att["cap"] is None else _f32_scalar(att["cap"]))
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
                                 mlp_norm=att["norm"] if shared else mlp["norm"], up=mlp["up"], down=mlp["down"],
                                 gate=mlp["gate"], q_norm=att["q_norm"], k_norm=att["k_norm"],
@@ -241,7 +242,7 @@ class _Recovery(SublayerReader):
                            ("activations", activations), ("head widths", head_dims), ("rotary widths", rotary),
                            ("RoPE schedules (frequencies, layout, gain)", schedules),
                            ("block layouts (parallel, shared norm)", layouts), ("per-head q/k norms", qk_norms),
-                           ("post-sublayer norms", post_norms)):
+                           ("post-sublayer norms", post_norms), ("attention soft-caps", caps)):
             if len(seen) != 1:
                 raise ModelImportError(f"{self.where}: layers differ in {what} ({sorted(map(str, seen))}); "
                                        "hardwire needs one value for the whole model")
@@ -288,7 +289,7 @@ class _Recovery(SublayerReader):
             parallel_residual=parallel, shared_norm=shared,
             rotary_dims=rotary_dims if rotary_dims is not None and rotary_dims != head_dim else None,
             attn_windows=tuple(windows) if any(w is not None for w in windows) else None, rope_freqs=rope_freqs,
-            qk_norm=qk_norms.pop(), post_norms=post_norms.pop(), logit_softcap=logit_cap,
+            qk_norm=qk_norms.pop(), post_norms=post_norms.pop(), attn_softcap=caps.pop(), logit_softcap=logit_cap,
             folded=tuple(self.folded))
         embed32 = f32_array(embed)
         return ModelIR(config=config, embed=embed32, layers=tuple(layers), final_norm=final_norm,

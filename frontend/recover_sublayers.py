@@ -95,7 +95,8 @@ class SublayerReader(GraphReader):
         head_dim = view.shape(score_mm.input[0])[-1]
         heads, qk_eps = self.head_norms(outs, score_mm, head_dim)  # per-head q/k norms (Qwen3, Gemma 3), or {}
         normed = {part: heads[part][1] if heads else outs[part] for part in ("q", "k")}  # what RoPE and the scale read
-        self.refuse_unmapped(normed, score_mm, softmax)
+        self.refuse_unmapped(normed, score_mm)
+        cap = self.score_cap(normed, score_mm, softmax)  # Gemma 2's attention soft-cap, or None
         o, o_out = self.linear(outputs[0])
         post, post_eps, out_scale = self.post_norm(o_out, end, d_model, "attention")  # Gemma 2 and 3's, or none
         o = self.scaled(o, out_scale)  # Granite's residual multiplier: folded into o
@@ -118,7 +119,7 @@ class SublayerReader(GraphReader):
                                 None if q.bias is None else f32_array(q.bias.astype(np.float64) * factor))
         return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, o=o, out_scale=out_scale,
                     normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax), softmax=softmax,
-                    q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, post=post, post_eps=post_eps, **parts)
+                    q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, post=post, post_eps=post_eps, cap=cap, **parts)
 
     def head_norms(self, outs: dict[str, str], score_mm: onnx.NodeProto,
                    head_dim: int) -> tuple[dict[str, tuple[Norm, str]], float | None]:
@@ -174,18 +175,33 @@ class SublayerReader(GraphReader):
             raise self.fail(score_mm, f"the norms of q and k have different epsilons ({sorted(epss)})")
         return found, (epss.pop() if epss else None)
 
-    def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> None:
+    def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto) -> None:
         """Refuse, by name, what attention may hold that the IR has no field for: a second norm on q or k (after the
-        per-head norm head_norms read: OUTS are their outputs) and a tanh soft-cap on the scores (Gemma 2)."""
+        per-head norm head_norms read: OUTS are their outputs)."""
         view = self.view
         for part, operand in (("q", score_mm.input[0]), ("k", score_mm.input[1])):
             norm = next((n for n in view.nodes_between({outs[part]}, operand) if n.op_type in NORM_OPS), None)
             if norm is not None:
                 raise self.fail(norm, f"a second norm of {part} before the scores is not supported; supported: one "
                                       "per-head q/k norm (Qwen3, Gemma 3)")
-        cap = next((n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"), None)
-        if cap is not None:
-            raise self.fail(cap, "attention soft-capping (tanh of the scores: Gemma 2) is not supported")
+
+    def score_cap(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> float | None:
+        """Gemma 2's attention soft-cap, c * tanh(s / c) of the scaled scores s before the softmax, or None: c is the
+        product of the constant scalars after the Tanh; those before it (q's, k's and the scores') must be the score
+        scale over c, so that the scalars all together are the score scale (score_scale folds it as for any model)."""
+        view = self.view
+        tanhs = [n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"]
+        if not tanhs:
+            return None
+        if len(tanhs) > 1:
+            raise self.fail(tanhs[1], "a second tanh of the scores is not supported; supported: one attention "
+                                      "soft-cap c * tanh(s / c) (Gemma 2)")
+        cap = self.scale_between(tanhs[0].output[0], softmax.input[0])
+        before = self.score_scale(outs, score_mm, softmax) / cap
+        if cap <= 0 or before <= 0:
+            raise self.fail(tanhs[0], f"an attention soft-cap c * tanh(b * q.k) with b = {before:g}, c = {cap:g} is "
+                                      "not supported; supported: b and c positive (then it is increasing)")
+        return cap
 
     def post_norm(self, out: str, end: onnx.NodeProto, d_model: int,
                   sublayer: str) -> tuple[Norm | None, float | None, float]:

@@ -89,6 +89,8 @@ class QLayer:
     gate: QLinear | None = None  # -> int8 (gated MLPs); the hidden SILU[g] * u is int16
     q_norm: QNorm | None = None  # per-head q/k norm (numerics §6): each head of raw q (int12) -> int12 into RoPE
     k_norm: QNorm | None = None  #   (head_dim,) multipliers: the gain's magnitude folded in, its sign in q's rows
+    cap_mult: int = 0  # attention soft-cap (numerics §6): scores (int32) -> t in units of c / K, the cap table's index
+    cap_shift: int = 0  #   (0, 0: no cap)
     post_attn_norm: QNorm | None = None  # post-sublayer norms (numerics §5): o's int16 output (its own step) -> the
     post_mlp_norm: QNorm | None = None  #   int16 residual's step, (d_model,) multipliers with the gain's magnitude
 
@@ -135,6 +137,7 @@ class QModel:
     scales: dict[str, float]  # float value of one integer unit at each site (for reports and evaluation)
     steps: dict[str, tuple[list[float], list[float]]]  # projection -> (input step per channel, output step per row)
     lora: LoraSpec
+    cap_table: torch.Tensor | None = None  # attention soft-cap: TANH[0..N] (tables.tanh_cap_table); None: no cap
     pos: QEmbedding | None = None  # learned positions
     stage: Stage | None = None  # one board's part of a chain (its layers renumbered from 0); None: the whole model
 

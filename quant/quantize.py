@@ -28,11 +28,13 @@ from .tables import (
     NORM_OUT_FRAC,
     PROB_BITS,
     ROPE_IN_FRAC,
+    cap_units,
     exp_table,
     gelu_table,
     rope_tables,
     rsqrt_table,
     silu_table,
+    tanh_cap_table,
 )
 from .weights import (
     QuantizationError,
@@ -299,7 +301,8 @@ SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)"
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
 IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
-                        "RoPE schedule", "per-head q/k norm", "logit soft-capping", "post-sublayer norms")
+                        "RoPE schedule", "per-head q/k norm", "logit soft-capping", "post-sublayer norms",
+                        "attention soft-capping")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -388,7 +391,13 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             post = {f"post_{sub}_norm": _qhead_norm(cfg.norm_eps, d, float(s_post[part][0]), s_x,
                                                     getattr(layer, f"post_{sub}_norm").weight, 16, "post-sublayer norm")
                     for sub, part in (("attn", "o"), ("mlp", "down"))}
-        sm_mult, sm_shift = multiplier(float(s["q"][0] * s["k"][0]) / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
+        s_scores = float(s["q"][0] * s["k"][0]) / math.sqrt(cfg.head_dim)  # one integer score, in nats
+        cap = {}
+        if cfg.attn_softcap is not None:  # scores -> units of c / K, capped by the table, then the softmax (§6)
+            unit = cfg.attn_softcap / cap_units(cfg.attn_softcap)
+            cap_mult, cap_shift = multiplier(s_scores / unit, "attention soft-cap")
+            cap, s_scores = {"cap_mult": cap_mult, "cap_shift": cap_shift}, unit
+        sm_mult, sm_shift = multiplier(s_scores / EXP_STEP, "softmax")
         att_mult, att_shift = multiplier(float(s["v"][0]) / (2**PROB_BITS * float(s["attn_out"][0])), "attention output")
         if gated:
             table = silu_table(float(s["gate"][0]), cfg.activation)
@@ -399,7 +408,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
             attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"], norm_bits),
             q=lin("q", raw["q"], raw_bits), k=lin("k", raw["k"], raw_bits), v=lin("v", s["v"], 8), **head_norms,
             o=lin("o", s_post["o"], 16, 8), **post,
-            sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
+            sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift, **cap,
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"], norm_bits),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
             down=lin("down", s_post["down"], 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs
@@ -435,4 +444,5 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                   layers=tuple(layers),
                   final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"], norm_bits),
                   head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
-                  steps=io_steps, lora=lora, pos=pos)
+                  steps=io_steps, lora=lora, pos=pos,
+                  cap_table=None if cfg.attn_softcap is None else tanh_cap_table(cap_units(cfg.attn_softcap)))

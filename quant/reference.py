@@ -109,8 +109,9 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         valid = key <= positions[:, None]  # (p, t): causal
         if windows[i] is not None:  # a local layer sees the last w keys only (numerics §6)
             valid &= key > positions[:, None] - windows[i]
+        cap = None if qm.cap_table is None else (layer.cap_mult, layer.cap_shift, qm.cap_table)  # Gemma 2 (§6)
         y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
-                             f"{name}.attention")
+                             f"{name}.attention", cap)
         attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))
         if layer.post_attn_norm is not None:  # Gemma 2, 3 (§5): o's int16 output normed to the residual's step
             attn_out = qnorm(attn_out, layer.post_attn_norm, qm.rsqrt, f"{name}.post_attn_norm")

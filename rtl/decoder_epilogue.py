@@ -106,7 +106,13 @@ def _rescale_inputs(m: Module, qm: QModel, dims: Dims, p: Product, weights: Weig
             with m.Case(i):
                 m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
     with m.If(p.mv_mode == Mode.SCORES):
-        m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+        if qm.cap_table is None:
+            m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+        else:  # Gemma 2's soft-cap: into units of c / K, the layer's cap multiplier (numerics §6)
+            with m.Switch(control.layer_sel):
+                for i, layer in enumerate(qm.layers):
+                    with m.Case(i):
+                        m.d.comb += [*(mu.eq(layer.cap_mult) for mu in mult), *(sh.eq(layer.cap_shift) for sh in shift)]
     with m.Elif(p.mv_mode == Mode.PV):
         m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
     with m.Elif(p.mv_mode == Mode.LORA_A):
@@ -256,7 +262,12 @@ def _attention_and_head_destinations(m: Module, dims: Dims, p: Product, r: _Rows
         with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
             m.d.comb += [scores_in.i.valid.eq(valid), r.dest_ready.eq(scores_in.i.ready),
                          scores_in.i.payload.count.eq(beat), scores_in.i.payload.last.eq(r.last_beat)]
-            m.d.comb += [scores_in.i.payload.scores[e].eq(ys[e]) for e in range(units.softmax.in_lanes)]
+            if units.soft_caps:  # each through its soft-cap table (Gemma 2)
+                m.d.comb += [units.soft_caps[e].t.eq(ys[e]) for e in range(units.softmax.in_lanes)]
+                m.d.comb += [scores_in.i.payload.scores[e].eq(units.soft_caps[e].capped)
+                             for e in range(units.softmax.in_lanes)]
+            else:
+                m.d.comb += [scores_in.i.payload.scores[e].eq(ys[e]) for e in range(units.softmax.in_lanes)]
         with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
             element = Signal(range(dims.qdim))
             m.d.comb += [r.dest_ready.eq(1), element.eq(control.head * dims.hd + row_out),

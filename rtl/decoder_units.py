@@ -20,6 +20,7 @@ from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
 from .skid_buffer import SkidBuffer
+from .soft_cap import SoftCap
 from .softmax import Softmax
 
 
@@ -36,6 +37,7 @@ class Units:
     #                        sublayer norms), final
     softmax: Softmax  # every layer's, chosen by its `site`
     softmax_in: SkidBuffer  # the softmax's input register
+    soft_caps: list[SoftCap]  # one per score lane into the softmax: Gemma 2's attention soft-cap (empty: none)
     acts: list[Glu | TableLookup]  # one per epilogue lane, every layer's table, chosen by its `site`
     rope: Rope | None  # None: learned positions
     head_norm: NormUnit | None  # every per-head q/k norm (sites q0, k0, q1, ...), one head at a time; None: none
@@ -78,6 +80,11 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
     # the epilogue's mode decode in front of them
     m.submodules.softmax_skid = softmax_in = SkidBuffer(softmax.i.payload.shape())
     wiring.connect(m, softmax_in.o, softmax.i)
+    soft_caps = []
+    if qm.cap_table is not None:  # the scores capped on their way into the softmax's input register
+        for e in range(softmax.in_lanes):
+            m.submodules[f"soft_cap{e}"] = cap = SoftCap(qm.cap_table.tolist())
+            soft_caps.append(cap)
     acts = []
     for e in range(dims.wide):
         unit = (Glu if dims.gated else TableLookup)(*(layer.act_table for layer in qm.layers))
@@ -93,5 +100,6 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
         m.submodules.head_norm = head_norm = NormUnit(dims.hd, "rms", head_sites)
     m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size, dims.wide)
     return Units(macs=macs, serializer=serializer, rescales=rescales, emb_rescale=emb_rescale, norm_unit=norm_unit,
-                 norm_names=list(norm_sites), softmax=softmax, softmax_in=softmax_in, acts=acts, rope=rope,
+                 norm_names=list(norm_sites), softmax=softmax, softmax_in=softmax_in, soft_caps=soft_caps, acts=acts,
+                 rope=rope,
                  head_norm=head_norm, argmax=argmax)

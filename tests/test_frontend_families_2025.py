@@ -2,9 +2,10 @@
 YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused projections cut by slicing (Phi-3's qkv and
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
 scale), which need no new hardware; Qwen3's per-head q/k norm, which does (tests/test_sim_cocotb.py decodes it);
-Gemma 2's logit soft-capping (the chip takes the argmax before the cap) and Gemma 2's and 3's post-sublayer norms (through
-the chip's norm unit: tests/test_sim_cocotb.py); and the refusals, by name, of what the chip does not compute (Gemma 2's
-attention soft-capping, a q norm without a k norm).
+Gemma 2's logit soft-capping (the chip takes the argmax before the cap), Gemma 2's and 3's post-sublayer norms (through
+the chip's norm unit) and Gemma 2's attention soft-capping (a table in the scores' integer domain), which
+tests/test_sim_cocotb.py decodes; and the refusals, by name, of what the chip does not compute (a q norm without a k
+norm, a post norm of one sublayer only, a decreasing cap).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
 proven against onnxruntime; the checks below compare the IR with the Hugging Face model's own parameters, so that a
@@ -265,10 +266,46 @@ def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
         "(Qwen3, Gemma 3)"))
 
 
-def test_gemma2_soft_capping_is_refused_by_name(exported):
+def test_gemma2_attention_soft_capping(exported):
+    """Gemma 2 as configured (attention cap 50, logit cap 30): the scores' cap c * tanh(s / c) read between the score
+    product and the softmax (the scalars before the Tanh are the score scale over c, those after it c), proven; the
+    float forward without it differs from onnxruntime by more than the proof's bound on the model whose scores reach
+    12 against a cap of 4 (the test model of tests/test_sim_cocotb.py), so the proof sees the cap."""
+    import dataclasses
+
+    model, ir = _proven(exported, "gemma2")
+    cfg = ir.config
+    assert (cfg.attn_softcap, cfg.logit_softcap, cfg.post_norms, cfg.attn_windows) == (50.0, 30.0, True, (16, None))
+    assert cfg.features == ("windowed attention (layer 0: 16)", POST_NORMS, ATTN_CAP.format(50),
+                            LOGIT_CAP.replace("0.25", "30"))
+    _same_logits_as_hf(model, ir)
+    model, ir = _proven(exported, "gemma2-cap4")
+    assert ir.config.attn_softcap == 4.0
+    _same_logits_as_hf(model, ir)
+    uncapped = dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_softcap=None))
+    ids = torch.randint(0, 96, (1, 32), generator=torch.Generator().manual_seed(2))
+    want = float_forward(ir, ids)
+    assert (float_forward(uncapped, ids) - want).abs().max() > 1e-2 * want.abs().max()
+
+
+def test_a_decreasing_attention_cap_is_refused_by_name(exported, tmp_path):
+    """Gemma 2's graph with the factor after each scores' Tanh negated (-50): softmax(-c tanh(s / c)) prefers the
+    lowest scores, which no increasing table gives; refused naming the Tanh, before any proof."""
     _, path = exported("gemma2")
-    _refused(path, re.escape(f"{path}: could not place ") + r"Tanh node '[^']+'" + re.escape(
-        ": attention soft-capping (tanh of the scores: Gemma 2) is not supported"))
+    proto = onnx.load(path)
+    nodes = list(proto.graph.node)
+    tanh = next(n for n in nodes if n.op_type == "Tanh")
+    after = next(n for n in nodes if n.op_type == "Mul" and tanh.output[0] in n.input)
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(-50.0, np.float32), "negative_cap"))
+    after.input[next(i for i, name in enumerate(after.input) if name != tanh.output[0])] = "negative_cap"
+    bad = tmp_path / "decreasing.onnx"
+    onnx.save(proto, bad)
+    _refused(bad, re.escape(f"{bad}: could not place Tanh node '{tanh.name}': an attention soft-cap c * tanh(b * q.k) "
+                            "with b = 0.00125, c = -50 is not supported; supported: b and c positive (then it is "
+                            "increasing)"))
+
+
+ATTN_CAP = "attention soft-capping {:g} (scores cap * tanh(s / cap) before the softmax)"
 
 
 def _capped_granite(exported, tmp_path, cap: float = 0.25):
@@ -342,11 +379,14 @@ def test_a_decreasing_logit_cap_is_refused_by_name(exported, tmp_path):
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
     ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("gemma3", "int8", 24), ("gemma3", "int4", 24),
-    ("gemma2-uncapped-scores", "int8", 48)])  # Gemma 2 past its window; at 24 this sequence agrees 0.83 (its post
-# norms bring o's and down's small outputs, and their rounding, to the residual's scale; 0.95 over 8 sequences)
+    ("gemma2", "int8", 24), ("gemma2-cap4", "int8", 24),
+    # past its window; at 24 this sequence agrees 0.83 (its post norms bring o's and down's small outputs, and their
+    # rounding, to the residual's scale; 0.95 over 8 sequences)
+    ("gemma2-uncapped-scores", "int8", 48)])
 def test_decode_in_the_reference(exported, name, scheme, context):
-    """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
-    decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
+    """Every feature here is folded into the IR's existing fields, is a table (the RoPE schedule, the attention
+    soft-cap), a norm (q/k, post-sublayer) or no hardware at all (the logit cap): the integer decoder tracks the float
+    model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
     from hardwire.quant.reference import ReferenceDecoder, forward
 
     _, path = exported(name)
