@@ -247,13 +247,12 @@ def hf_gemma3(seed: int = 0, post_norms: bool = True, post_mlp_norm: bool = True
     return model
 
 
-def hf_gemma2(seed: int = 0, attention_cap: float | None = 50.0, tied: bool = True,
-              score_gain: float = 1.0) -> torch.nn.Module:
+def hf_gemma2(seed: int = 0, attention_cap: float = 50.0, tied: bool = True, score_gain: float = 1.0) -> torch.nn.Module:
     """Gemma 2: tanh soft-capping of the scores and the logits, norms of the attention's and the MLP's outputs before
-    each residual Add, alternating local (a window of 16) and global layers. attention_cap=None leaves the scores
-    uncapped (the logits' cap of 30 stays); tied=False gives it a head of its own (tied, a random Gemma mostly
-    echoes its input: the embedding is scaled by sqrt(d_model)); score_gain scales q's and k's matrices (the scores
-    by its square), so that a cap smaller than Gemma 2's 50 bites on this model's scores."""
+    each residual Add, alternating local (a window of 16) and global layers. tied=False gives it a head of its own
+    (tied, a random Gemma mostly echoes its input: the embedding is scaled by sqrt(d_model)); score_gain scales q's
+    and k's matrices (the scores by its square), so that a cap smaller than Gemma 2's 50 bites on this model's
+    scores."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     torch.manual_seed(seed)
@@ -276,6 +275,5 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
     "gemma3-attention-post-norm-only": lambda: hf_gemma3(post_mlp_norm=False),
     "gemma2": hf_gemma2,
-    "gemma2-uncapped-scores": lambda: hf_gemma2(attention_cap=None, tied=False),
     "gemma2-cap4": lambda: hf_gemma2(attention_cap=4.0, tied=False, score_gain=3.0),
 }
