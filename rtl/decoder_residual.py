@@ -37,8 +37,9 @@ def post_add_states(m: Module, name: str, nxt: str, *, dims: Dims, vectors: Vect
 
     NAME addresses the buffer's first word and starts the norm site the sums load (`start_norm`, when `loads_norm`);
     NAME_RUN then adds element j (the buffer's synchronous read: its word was addressed the cycle before) to residual
-    element j, saturates, writes it and hands it to the norm unit, an element per cycle while the unit takes it:
-    d + 1 cycles in all, and the next norm is loaded when the last sum is written."""
+    element j, saturates, writes it and hands it to the norm unit, an element per cycle while the unit takes it (it
+    always does here), so the next norm is loaded when the last sum is written: d + 1 cycles in these states;
+    plan.py's post_add phase counts d + 2 with the hand-over to the state after (equal to the simulated cycles)."""
     act, lanes, d = buffers.rd["act"], dims.lanes, dims.d
     with m.State(name):
         m.d.comb += [act.addr.eq(0), act.en.eq(1)]  # over the engine's address: it is idle

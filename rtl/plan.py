@@ -192,7 +192,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
 
     def post_phases(name: str) -> list[Phase]:
         """A post-sublayer norm (Gemma 2, 3) its product loaded directly (no residual stage on the way), then its
-        output added to the residual an element a cycle after a cycle to start (rtl/decoder_residual.py)."""
+        output added to the residual: a cycle to start, an element a cycle, a cycle to hand over
+        (rtl/decoder_residual.py); the norm this add loads then ends like one the embedding loads."""
         words = plan.chunks_of(d, plan.vector_lanes)
         return [Phase("norm", f"{name}_norm", 0, norm, norm - words), Phase("post_add", f"{name}_add", 0, d + 2, 2)]
 
