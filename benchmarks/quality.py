@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT.parent))  # run from a checkout: the root is the har
 
 from hardwire.cli import BUNDLED_MODEL  # noqa: E402
 from hardwire.frontend import float_forward, load  # noqa: E402
+from hardwire.frontend.float_model import soft_cap  # noqa: E402
 from hardwire.frontend.vocab import encode  # noqa: E402
 from hardwire.quant import reference  # noqa: E402
 from hardwire.quant.divergence import kl_per_token  # noqa: E402
@@ -62,16 +63,22 @@ def validation_set(model: Path, corpus: Path, windows: int, purpose: str):
     return ir, inputs, targets, chars
 
 
-def compare(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-    """Top-1 agreement with the reference logits, cross-entropy on the targets, KL(reference || logits), per token."""
-    lp, ref = logits.double().log_softmax(-1), reference.double().log_softmax(-1)
-    return {"agreement": (lp.argmax(-1) == ref.argmax(-1)).double().mean().item(),
-            "val_loss": -lp.gather(-1, targets.unsqueeze(-1)).mean().item(),
+def compare(logits: torch.Tensor, reference: torch.Tensor, targets: torch.Tensor,
+            cap: float | None = None) -> dict[str, float]:
+    """Top-1 agreement with the reference logits, cross-entropy on the targets, KL(reference || logits), per token.
+
+    Both are the head's outputs before a logit soft-cap CAP (Gemma 2; float_forward(..., capped=False)): agreement
+    is their argmax, the token the chip gives (numerics §8); the loss and KL see the model's capped distribution."""
+    agreement = (logits.argmax(-1) == reference.argmax(-1)).double().mean().item()
+    logits, reference = soft_cap(logits.double(), cap), soft_cap(reference.double(), cap)
+    lp = logits.log_softmax(-1)
+    return {"agreement": agreement, "val_loss": -lp.gather(-1, targets.unsqueeze(-1)).mean().item(),
             "kl": kl_per_token(reference, logits)}
 
 
 def integer_logits(qm, windows: torch.Tensor) -> torch.Tensor:
-    """Float view of the integer decoder's logits, batch by batch (evaluation only)."""
+    """Float view of the integer decoder's logits (before a logit soft-cap, as the chip computes them), batch by batch
+    (evaluation only)."""
     out = [reference.forward(qm, batch).double() * qm.scales["logits"] for batch in windows.split(64)]
     return torch.cat(out)
 
@@ -115,14 +122,15 @@ def main() -> None:
 
     ir, inputs, targets, chars = validation_set(args.model, args.corpus, args.windows, "quality")
     per_char = inputs.numel() / chars  # nats/token x tokens/character
-    float_logits = torch.cat([float_forward(ir, b) for b in inputs.split(64)]).double()
-    rows = [{"scheme": "float", **compare(float_logits, float_logits, targets), "avg_bits": 32.0,
+    float_logits = torch.cat([float_forward(ir, b, capped=False) for b in inputs.split(64)]).double()
+    cap = ir.config.logit_softcap
+    rows = [{"scheme": "float", **compare(float_logits, float_logits, targets, cap), "avg_bits": 32.0,
              "weight_bits": ir.n_params * 32}]
     for scheme, options in SCHEMES:
         start = time.time()
         qm = quantize(ir, scheme, **options)
         rows.append({"scheme": scheme + (f" @ {options['avg_bits']}" if options else ""),
-                     **compare(integer_logits(qm, inputs), float_logits, targets),
+                     **compare(integer_logits(qm, inputs), float_logits, targets, cap),
                      "avg_bits": qm.avg_weight_bits, "weight_bits": qm.weight_bits,
                      "bits": {name: t.bits for name, t in qm.weight_tensors()}})
         print(f"  {rows[-1]['scheme']:<14} done in {time.time() - start:.0f} s", flush=True)

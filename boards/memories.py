@@ -153,7 +153,8 @@ def block_memories(qm: QModel, plan: HardwarePlan) -> list[BlockMemory]:
     # tables: yosys drops bit columns that hold the same value in every word (opt_mem), so they are
     # counted at their live width, from the contents the RTL bakes in
     # one NormUnit for every norm site: rsqrt table, every site's per-channel scales, the input copy
-    norms = [q for layer in qm.layers for q in (layer.attn_norm, layer.mlp_norm)] + [qm.final_norm]
+    norms = [q for layer in qm.layers for q in (layer.attn_norm, layer.mlp_norm, layer.post_attn_norm,
+                                                layer.post_mlp_norm) if q is not None] + [qm.final_norm]
     width, d = plan.vector_lanes, cfg.d_model
     words = plan.chunks_of(d, width)
     mems.append(BlockMemory("rsqrt", "tables", 1 << RSQRT_INDEX_BITS, live_bits(rsqrt_table().tolist(), RSQRT_BITS + 1)))

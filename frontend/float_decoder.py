@@ -14,7 +14,21 @@ from collections.abc import Callable
 
 import torch
 
-from .float_model import _attend, _ignore, _linear, _mlp, _norm, _rotate, _t, alibi_bias, head_norm, rope_tables
+from .float_model import (
+    _attend,
+    _ignore,
+    _keep,
+    _linear,
+    _mlp,
+    _norm,
+    _post,
+    _rotate,
+    _t,
+    alibi_bias,
+    head_norm,
+    rope_tables,
+    soft_cap,
+)
 from .ir import Linear, ModelIR, Norm
 
 Step = Callable[..., torch.Tensor]
@@ -39,6 +53,8 @@ def torch_weights(ir: ModelIR) -> ModelIR:
     layers = tuple(dataclasses.replace(layer, attn_norm=norm(layer.attn_norm), q=lin(layer.q), k=lin(layer.k),
                                        q_norm=None if layer.q_norm is None else norm(layer.q_norm),
                                        k_norm=None if layer.k_norm is None else norm(layer.k_norm),
+                                       post_attn_norm=None if layer.post_attn_norm is None else norm(layer.post_attn_norm),
+                                       post_mlp_norm=None if layer.post_mlp_norm is None else norm(layer.post_mlp_norm),
                                        v=lin(layer.v), o=lin(layer.o), mlp_norm=norm(layer.mlp_norm),
                                        up=lin(layer.up), down=lin(layer.down),
                                        gate=None if layer.gate is None else lin(layer.gate))
@@ -121,13 +137,18 @@ class FloatDecoder:
                 h = h if cfg.shared_norm else _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
                 x = x + _linear(y, layer.o) + _mlp(h, layer, cfg, _ignore, i)
                 continue
-            x = x + _linear(y, layer.o)
+            x = x + _post(_keep, _linear(y, layer.o), layer.post_attn_norm, cfg, "")
             h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, _ignore, "")
-            x = x + _mlp(h, layer, cfg, _ignore, i)
+            x = x + _post(_keep, _mlp(h, layer, cfg, _ignore, i), layer.post_mlp_norm, cfg, "")
         return _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, _ignore, ""), ir.head)
 
     def feed(self, tokens: list[int]) -> torch.Tensor:
-        """Append tokens to the sequence in one call; -> float32 logits (len(tokens), vocab)."""
+        """Append tokens to the sequence in one call; -> float32 logits (len(tokens), vocab), soft-capped where the
+        model caps them (Gemma 2), as float_forward's."""
+        return soft_cap(self._advance(tokens), self.ir.config.logit_softcap)
+
+    def _advance(self, tokens: list[int]) -> torch.Tensor:
+        """feed's work: -> the head's output before any soft-cap, which greedy decoding takes the argmax of."""
         vocab = self.ir.config.vocab_size
         bad = [tok for tok in tokens if not 0 <= tok < vocab]
         if bad:
@@ -149,11 +170,11 @@ class FloatDecoder:
         if not prompt:
             raise DecodeError("the prompt is empty; at least one token is needed")
         self.reset()
-        logits = self.feed(list(prompt))[-1]
+        logits = self._advance(list(prompt))[-1]  # uncapped: the soft-cap keeps the argmax (numerics §8)
         out: list[int] = []
         for _ in range(n):
             out.append(int(logits.argmax()))
             if len(out) < n:
-                logits = self.feed(out[-1:])[-1]
+                logits = self._advance(out[-1:])[-1]
         return out
 

@@ -57,6 +57,13 @@ def head_norm(x: torch.Tensor, norm: Norm, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _t(norm.weight)
 
 
+def soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """Gemma 2's logit soft-cap, cap * tanh(logits / cap), or the logits themselves (no cap). It is increasing, so the
+    argmax is that of the logits it caps: the chip takes that one (numerics §8), and so do greedy comparisons here
+    (float32 tanh rounds to +-1 far out, which could tie what the uncapped logits order)."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
+
+
 def rope_tables(head_dim: int, theta: float, positions: int,
                 inv_freq: tuple[float, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape (positions, head_dim) in the rotate-half layout (head_dim: the rotated dims): the angle per
@@ -103,7 +110,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     b, _, t, _ = q.shape
     group = cfg.n_heads // cfg.n_kv_heads
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, T, hd)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # (b, h, t, T)
+    scores = soft_cap((q @ k.transpose(-1, -2)) / math.sqrt(cfg.head_dim), cfg.attn_softcap)  # (b, h, t, T)
     if bias is not None:  # ALiBi
         scores = scores + bias
     scores = scores.masked_fill(~mask, float("-inf"))
@@ -130,9 +137,18 @@ def _mlp(h: torch.Tensor, layer: Layer, cfg: ModelConfig, observe: Observer, i: 
     return _linear(inner, layer.down)
 
 
+def _post(site: Callable[[str, torch.Tensor], torch.Tensor], out: torch.Tensor, norm: Norm | None, cfg: ModelConfig,
+          name: str) -> torch.Tensor:
+    """A sublayer's output on its way to the residual: through its post-sublayer RMSNorm (Gemma 2, 3), whose input is
+    a site of its own (`name`: the projection's output, int16 at its own step on the chip), or as it is."""
+    return out if norm is None else head_norm(site(name, out), norm, cfg.norm_eps)
+
+
 @torch.no_grad()
-def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep) -> torch.Tensor:
-    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32.
+def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, transform: Transform = _keep,
+                  capped: bool = True) -> torch.Tensor:
+    """ids (batch, seq) int64 -> logits (batch, seq, vocab) float32; with a logit soft-cap (Gemma 2) the capped
+    logits, or (capped=False) the head's output before the cap: what the chip's argmax reads, and the `logits` site.
 
     observe(site, tensor) sees the values at each site that becomes an integer format in
     hardware (calibration uses it): residual, norm outputs, q/k (before and after RoPE), v,
@@ -182,8 +198,10 @@ def float_forward(ir: ModelIR, ids: torch.Tensor, observe: Observer = _ignore, t
                                                 f"layers.{i}.mlp_norm", transform)
             x = site("residual", x + _linear(y, layer.o) + _mlp(h, layer, cfg, observe, i, transform))
             continue
-        x = site("residual", x + _linear(y, layer.o))
+        x = site("residual", x + _post(site, _linear(y, layer.o), layer.post_attn_norm, cfg, f"layers.{i}.o_out"))
         h = _norm(x, layer.mlp_norm, cfg.norm, cfg.norm_eps, observe, f"layers.{i}.mlp_norm", transform)
-        x = site("residual", x + _mlp(h, layer, cfg, observe, i, transform))
-    return site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
-                                  ir.head))
+        mlp = _mlp(h, layer, cfg, observe, i, transform)
+        x = site("residual", x + _post(site, mlp, layer.post_mlp_norm, cfg, f"layers.{i}.down_out"))
+    logits = site("logits", _linear(_norm(x, ir.final_norm, cfg.norm, cfg.norm_eps, observe, "final_norm", transform),
+                                    ir.head))
+    return soft_cap(logits, cfg.logit_softcap) if capped else logits

@@ -48,6 +48,12 @@ class ModelConfig:
     #   projections and before RoPE (Qwen3, Gemma 3)
     alibi_slopes: tuple[float, ...] | None = None  # per query head h: ALiBi adds slope_h * (key - query position) to
     #   the scaled scores before the softmax (BLOOM, MPT); positions is "alibi"
+    post_norms: bool = False  # an RMSNorm (Layer.post_attn_norm, post_mlp_norm; norm_eps) of the attention's and the
+    #   MLP's outputs before each residual Add: Gemma 2's and Gemma 3's "sandwich" norms
+    attn_softcap: float | None = None  # the softmax reads c * tanh(s / c) of the scaled scores s (Gemma 2;
+    #   numerics §6: a table in the scores' integer domain)
+    logit_softcap: float | None = None  # logits are cap * tanh(z / cap) of the head's output z (Gemma 2); the chip
+    #   takes the argmax of z, the same token (numerics §8)
     folded: tuple[str, ...] = ()  # what import folded into the fields above (embedding scale, score scale, ...)
 
     @property
@@ -87,6 +93,13 @@ class ModelConfig:
         if self.attn_windows is not None and any(w is not None for w in self.attn_windows):
             layers = ", ".join(f"layer {i}: {w}" for i, w in enumerate(self.attn_windows) if w is not None)
             out.append(f"windowed attention ({layers})")
+        if self.post_norms:
+            out.append("post-sublayer norms (RMSNorm of the attention's and the MLP's outputs before the residual Adds)")
+        if self.attn_softcap is not None:
+            out.append(f"attention soft-capping {self.attn_softcap:g} (scores cap * tanh(s / cap) before the softmax)")
+        if self.logit_softcap is not None:
+            out.append(f"logit soft-capping {self.logit_softcap:g} (cap * tanh(logits / cap): the argmax of the "
+                       "uncapped logits is the same token)")
         return tuple(out)
 
 
@@ -119,6 +132,8 @@ class Layer:
     gate: Linear | None = None  # (ffn, d_model), gated MLPs only
     q_norm: Norm | None = None  # (head_dim,) gain of the RMSNorm of each head of q (ModelConfig.qk_norm), no bias
     k_norm: Norm | None = None  # (head_dim,) the same for k
+    post_attn_norm: Norm | None = None  # (d_model,) gain of the RMSNorm of o's output (ModelConfig.post_norms), no bias
+    post_mlp_norm: Norm | None = None  # (d_model,) the same for down's output
 
 
 @dataclass(frozen=True)
@@ -139,7 +154,8 @@ class ModelIR:
         if self.pos_embed is not None:
             yield "pos_embed", self.pos_embed
         for i, layer in enumerate(self.layers):
-            for part in ("attn_norm", "q", "q_norm", "k", "k_norm", "v", "o", "mlp_norm", "gate", "up", "down"):
+            for part in ("attn_norm", "q", "q_norm", "k", "k_norm", "v", "o", "post_attn_norm", "mlp_norm", "gate", "up",
+                         "down", "post_mlp_norm"):
                 item = getattr(layer, part)
                 if item is None or (part == "mlp_norm" and item is layer.attn_norm):  # a shared norm once
                     continue

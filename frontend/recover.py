@@ -143,7 +143,11 @@ class _Recovery(SublayerReader):
             return None
         return (branches[0], branches[1]) if softmax[0] else (branches[1], branches[0])
 
-    def head(self, stream: str, d_model: int) -> tuple[Norm, str, float, Linear]:
+    def head(self, stream: str, d_model: int) -> tuple[Norm, str, float, Linear, float | None]:
+        """The final norm and the head, with the constant scalars between the head and the logits folded in, and
+        the logit soft-cap (Gemma 2: cap * tanh(z / cap)) if a Tanh lies on the way: -> (..., head, cap or None). The
+        head then gives z, whatever scalars the graph spreads before and after the Tanh (c * tanh(b * raw) is
+        c * tanh(z / c) with z = b c raw)."""
         view = self.view
         reach = view.descendants([stream])
         projs = [n for n in view.nodes if n.output[0] in reach and self.is_projection(n)]
@@ -154,12 +158,23 @@ class _Recovery(SublayerReader):
         head, out = self.linear(projs[0])
         logits = view.proto.graph.output[0].name
         scale = self.scale_between(out, logits) if logits in view.descendants([out]) else 1.0
-        cap = next((n for n in view.nodes_between({out}, logits) if n.op_type == "Tanh"), None)
-        if cap is not None:
-            raise self.fail(cap, "logit soft-capping (tanh of the logits: Gemma 2) is not supported")
-        if scale != 1.0:  # Granite divides the logits by logits_scaling, Cohere multiplies them by logit_scale
+        tanhs = [n for n in view.nodes_between({out}, logits) if n.op_type == "Tanh"]
+        cap = None
+        if len(tanhs) > 1:
+            raise self.fail(tanhs[1], "a second tanh of the logits is not supported; supported: one logit soft-cap "
+                                      "c * tanh(z / c) (Gemma 2)")
+        if tanhs:
+            before = self.scale_between(out, tanhs[0].input[0])
+            cap = self.scale_between(tanhs[0].output[0], logits)
+            if before <= 0 or cap <= 0:
+                raise self.fail(tanhs[0], f"a logit soft-cap c * tanh(b * z) with b = {before:g}, c = {cap:g} is not "
+                                          "supported; supported: b and c positive (then it is increasing in z)")
+            scale = before * cap  # the head gives z = b c raw; the logits are c * tanh(z / c)
+        if abs(scale - 1.0) > 1e-6:  # Granite divides the logits by logits_scaling, Cohere multiplies by logit_scale
             self.folded.append(f"logits scale {_f32_scalar(scale):g} (the head's weights times it)")
-        return norm, kind, eps, self.scaled(head, scale)
+        else:
+            scale = 1.0  # Gemma 2's Div by the cap and Mul by it again
+        return norm, kind, eps, self.scaled(head, scale), None if cap is None else _f32_scalar(cap)
 
     def fold_per_layer(self, factors: list, text: str, folded, skip=lambda i: False) -> None:
         """Record in self.folded each distinct factor (per layer) that FOLDED says was folded, naming its layers
@@ -207,7 +222,7 @@ class _Recovery(SublayerReader):
                                    "needs an attention and an MLP sublayer per block (or one Add of both, for "
                                    "parallel blocks)" + (f" ({where})" if where else ""))
         layers, kinds, epss, rope_thetas, activations, head_dims = [], set(), set(), set(), set(), set()
-        layouts, rotary, schedules, qk_norms, alibis = set(), set(), set(), set(), set()
+        layouts, rotary, schedules, qk_norms, alibis, post_norms, caps = set(), set(), set(), set(), set(), set(), set()
         windows = self.windows([att for att, _, _ in blocks], context or (None if positions is None else len(positions)))
         for att, mlp, parallel in blocks:
             shared = parallel and att["normed"] == mlp["normed"]  # Phi: one norm feeds both sublayers
@@ -224,17 +239,28 @@ class _Recovery(SublayerReader):
             alibis.add(att["alibi"])
             if att["qk_eps"] is not None:  # the per-head q/k norms: one epsilon with the model's other norms
                 epss.add(att["qk_eps"])
+            epss |= {e for e in (att["post_eps"], mlp["post_eps"]) if e is not None}
+            posts = (att["post"] is not None, mlp["post"] is not None)
+            if posts[0] != posts[1] or (parallel and any(posts)):
+                node = att["softmax"]
+                raise self.fail(node, "a norm of one sublayer's output without one of the other's, or in a parallel "
+                                      "block, is not supported; supported: post-sublayer norms of both sublayers of a "
+                                      "sequential block (Gemma 2, Gemma 3)")
+            post_norms.add(posts[0])
+            caps.add(None if att["cap"] is None else _f32_scalar(att["cap"]))
             layers.append(Layer(attn_norm=att["norm"], q=att["q"], k=att["k"], v=att["v"], o=att["o"],
                                 mlp_norm=att["norm"] if shared else mlp["norm"], up=mlp["up"], down=mlp["down"],
-                                gate=mlp["gate"], q_norm=att["q_norm"], k_norm=att["k_norm"]))
-        final_norm, kind, eps, head = self.head(steps[-1][1].output[0], d_model)
+                                gate=mlp["gate"], q_norm=att["q_norm"], k_norm=att["k_norm"],
+                                post_attn_norm=att["post"], post_mlp_norm=mlp["post"]))
+        final_norm, kind, eps, head, logit_cap = self.head(steps[-1][1].output[0], d_model)
         kinds.add(kind)
         epss.add(eps)
         for what, seen in (("norm kinds", kinds), ("norm epsilons", epss), ("RoPE bases", rope_thetas),
                            ("activations", activations), ("head widths", head_dims), ("rotary widths", rotary),
                            ("RoPE schedules (frequencies, layout, gain)", schedules),
                            ("block layouts (parallel, shared norm)", layouts), ("per-head q/k norms", qk_norms),
-                           ("ALiBi slopes", alibis)):
+                           ("ALiBi slopes", alibis),
+                           ("post-sublayer norms", post_norms), ("attention soft-caps", caps)):
             if len(seen) != 1:
                 raise ModelImportError(f"{self.where}: layers differ in {what} ({sorted(map(str, seen))}); "
                                        "hardwire needs one value for the whole model")
@@ -285,7 +311,7 @@ class _Recovery(SublayerReader):
             parallel_residual=parallel, shared_norm=shared,
             rotary_dims=rotary_dims if rotary_dims is not None and rotary_dims != head_dim else None,
             attn_windows=tuple(windows) if any(w is not None for w in windows) else None, rope_freqs=rope_freqs,
-            qk_norm=qk_norms.pop(),
+            qk_norm=qk_norms.pop(), post_norms=post_norms.pop(), attn_softcap=caps.pop(), logit_softcap=logit_cap,
             folded=tuple(self.folded))
         embed32 = f32_array(embed)
         return ModelIR(config=config, embed=embed32, layers=tuple(layers), final_norm=final_norm,

@@ -96,11 +96,11 @@ class SublayerReader(AlibiReader):
         head_dim = view.shape(score_mm.input[0])[-1]
         heads, qk_eps = self.head_norms(outs, score_mm, head_dim)  # per-head q/k norms (Qwen3, Gemma 3), or {}
         normed = {part: heads[part][1] if heads else outs[part] for part in ("q", "k")}  # what RoPE and the scale read
-        self.refuse_unmapped(normed, score_mm, softmax)
+        self.refuse_unmapped(normed, score_mm)
+        cap = self.score_cap(normed, score_mm, softmax)  # Gemma 2's attention soft-cap, or None
         o, o_out = self.linear(outputs[0])
-        self.refuse_post_norm(o_out, end, "attention")
-        out_scale = self.scale_between(o_out, end.output[0])  # Granite's residual multiplier: folded into o
-        o = self.scaled(o, out_scale)
+        post, post_eps, out_scale = self.post_norm(o_out, end, d_model, "attention")  # Gemma 2 and 3's, or none
+        o = self.scaled(o, out_scale)  # Granite's residual multiplier: folded into o
         rope = self.rope(nodes, score_mm, head_dim)
         alibi, bias = self.alibi(score_mm, softmax, parts["q"].weight.shape[0] // head_dim)
         q_norm, k_norm = (heads[part][0] if heads else None for part in ("q", "k"))
@@ -120,8 +120,9 @@ class SublayerReader(AlibiReader):
             parts["q"] = Linear(f32_array(q.weight.astype(np.float64) * factor),
                                 None if q.bias is None else f32_array(q.bias.astype(np.float64) * factor))
         return dict(norm=norm, kind=kind, eps=eps, head_dim=head_dim, rope=rope, o=o, out_scale=out_scale,
-                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax, bias), softmax=softmax, alibi=alibi,
-                    q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, **parts)
+                    normed=first_in, score_scale=scale, mask=self.mask(score_mm, softmax, bias), softmax=softmax,
+                    alibi=alibi, q_norm=q_norm, k_norm=k_norm, qk_eps=qk_eps, post=post, post_eps=post_eps, cap=cap,
+                    **parts)
 
     def head_norms(self, outs: dict[str, str], score_mm: onnx.NodeProto,
                    head_dim: int) -> tuple[dict[str, tuple[Norm, str]], float | None]:
@@ -177,26 +178,57 @@ class SublayerReader(AlibiReader):
             raise self.fail(score_mm, f"the norms of q and k have different epsilons ({sorted(epss)})")
         return found, (epss.pop() if epss else None)
 
-    def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> None:
+    def refuse_unmapped(self, outs: dict[str, str], score_mm: onnx.NodeProto) -> None:
         """Refuse, by name, what attention may hold that the IR has no field for: a second norm on q or k (after the
-        per-head norm head_norms read: OUTS are their outputs) and a tanh soft-cap on the scores (Gemma 2)."""
+        per-head norm head_norms read: OUTS are their outputs)."""
         view = self.view
         for part, operand in (("q", score_mm.input[0]), ("k", score_mm.input[1])):
             norm = next((n for n in view.nodes_between({outs[part]}, operand) if n.op_type in NORM_OPS), None)
             if norm is not None:
                 raise self.fail(norm, f"a second norm of {part} before the scores is not supported; supported: one "
                                       "per-head q/k norm (Qwen3, Gemma 3)")
-        cap = next((n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"), None)
-        if cap is not None:
-            raise self.fail(cap, "attention soft-capping (tanh of the scores: Gemma 2) is not supported")
 
-    def refuse_post_norm(self, out: str, end: onnx.NodeProto, sublayer: str) -> None:
-        """Refuse, by name, a norm between a sublayer's output projection and the residual Add (Gemma 2 and 3 norm the
-        attention's and the MLP's outputs too): scale_between would read past it as if it were not there."""
-        norm = next((n for n in self.view.nodes_between({out}, end.output[0]) if n.op_type in NORM_OPS), None)
-        if norm is not None:
-            raise self.fail(norm, f"a norm of the {sublayer}'s output before the residual Add (a post-sublayer norm: "
-                                  "Gemma 2, Gemma 3) is not supported")
+    def score_cap(self, outs: dict[str, str], score_mm: onnx.NodeProto, softmax: onnx.NodeProto) -> float | None:
+        """Gemma 2's attention soft-cap, c * tanh(s / c) of the scaled scores s before the softmax, or None: c is the
+        product of the constant scalars after the Tanh; those before it (q's, k's and the scores') must be the score
+        scale over c, so that the scalars all together are the score scale (score_scale folds it as for any model)."""
+        view = self.view
+        tanhs = [n for n in view.nodes_between({score_mm.output[0]}, softmax.input[0]) if n.op_type == "Tanh"]
+        if not tanhs:
+            return None
+        if len(tanhs) > 1:
+            raise self.fail(tanhs[1], "a second tanh of the scores is not supported; supported: one attention "
+                                      "soft-cap c * tanh(s / c) (Gemma 2)")
+        cap = self.scale_between(tanhs[0].output[0], softmax.input[0])
+        before = self.score_scale(outs, score_mm, softmax) / cap
+        if cap <= 0 or before <= 0:
+            raise self.fail(tanhs[0], f"an attention soft-cap c * tanh(b * q.k) with b = {before:g}, c = {cap:g} is "
+                                      "not supported; supported: b and c positive (then it is increasing)")
+        return cap
+
+    def post_norm(self, out: str, end: onnx.NodeProto, d_model: int,
+                  sublayer: str) -> tuple[Norm | None, float | None, float]:
+        """The norm between a sublayer's output projection (its value OUT) and the residual Add END, if any (Gemma 2
+        and 3 norm the attention's and the MLP's outputs: the "sandwich" norms), and the constant scalars on the way:
+        -> (its gain or None, its epsilon, the scale to fold into the projection when there is no norm). An RMSNorm
+        only, with no scalar beside it (one before it the norm would undo, one after it would belong in the gain:
+        neither family has one, so neither is guessed)."""
+        view = self.view
+        nodes = view.nodes_between({out}, end.output[0])
+        first = next((n for n in nodes if n.op_type in NORM_OPS), None)
+        if first is None:
+            return None, None, self.scale_between(out, end.output[0])
+        reach = view.descendants([out]) | {out}
+        added = next(i for i in end.input if i in reach)  # what the Add adds: the normed output
+        norm, kind, eps = self.norm(out, added, d_model, first)
+        what = f"a norm of the {sublayer}'s output before the residual Add (a post-sublayer norm: Gemma 2, Gemma 3)"
+        if kind != "rms" or norm.bias is not None:
+            raise self.fail(first, f"{what} that centres or adds a bias (a LayerNorm) is not supported; supported: an "
+                                   "RMSNorm")
+        scale = self.scale_between(out, end.output[0])
+        if scale != 1.0:
+            raise self.fail(first, f"{what} with a constant factor {scale:g} beside it is not supported")
+        return norm, eps, 1.0
 
     def fused_pieces(self, out: str, strict: bool = True) -> list[tuple[str, np.ndarray]]:
         """(piece, its projection rows) for each piece that a Split, a Slice or a Gather of constant indices (BLOOM)
@@ -404,8 +436,7 @@ class SublayerReader(AlibiReader):
             else:
                 raise self.fail(inputs[0], "an ungated MLP is supported with GELU (exact or tanh) or ReLU only")
         down, down_out = self.linear(outputs[0])
-        self.refuse_post_norm(down_out, end, "MLP")
-        out_scale = self.scale_between(down_out, end.output[0])  # Granite's residual multiplier: folded into down
+        post, post_eps, out_scale = self.post_norm(down_out, end, d_model, "MLP")  # Gemma 2 and 3's, or none
         return dict(norm=norm, kind=kind, eps=eps, up=up, gate=gate, down=self.scaled(down, out_scale),
-                    activation=activation, normed=first_in, out_scale=out_scale)
+                    activation=activation, normed=first_in, out_scale=out_scale, post=post, post_eps=post_eps)
 

@@ -89,15 +89,25 @@ def alibi_bias(slopes: torch.Tensor, keys: int) -> torch.Tensor:
     return slopes[:, None, None] * torch.arange(keys, dtype=torch.int64)
 
 
+def soft_cap(scores: torch.Tensor, mult: int, shift: int, table: torch.Tensor) -> torch.Tensor:
+    """The attention soft-cap in the scores' integer domain (numerics §6): t = rescale(score, mult, shift) to int32
+    (units of c / K), then sign(t) * TANH[min(|t|, N)], N = len(TANH) - 1 (TANH[N] = K): c tanh(s / c) in units of
+    c / K, an odd table read at |t|."""
+    t = rescale(scores, mult, shift, 32)
+    capped = table[t.abs().clamp(max=table.numel() - 1)]
+    return torch.where(t < 0, -capped, capped)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, sm_mult: int, sm_shift: int,
               out_mult: int, out_shift: int, exp: torch.Tensor, what: str,
-              bias: torch.Tensor | None = None) -> torch.Tensor:
+              bias: torch.Tensor | None = None, cap: tuple[int, int, torch.Tensor] | None = None) -> torch.Tensor:
     """Integer softmax attention.
 
     q (B, P, H, hd), k and v (B, T, Hkv, hd) int8; valid (P, T) bool says which cached positions
     each query sees; bias (H, 1 or P, T) integers added to the scores (ALiBi) or None. Per head: scores = q·k
     (+ bias; int32); p = softmax(scores) in Q15; out = rescale(sum p*v, out_mult, out_shift) to int8: the weighted
-    mean of v is smaller than v, so it gets its own, finer step. -> (B, P, H, hd) int8.
+    mean of v is smaller than v, so it gets its own, finer step. With CAP (mult, shift, table: Gemma 2's attention
+    soft-cap) the softmax reads soft_cap(scores). -> (B, P, H, hd) int8.
     """
     group = q.shape[2] // k.shape[2]
     k = k.repeat_interleave(group, dim=2)  # head h reads kv head h // group
@@ -106,6 +116,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Te
     if bias is not None:
         scores = scores + bias
     scores = check_width(scores, SCORE_BITS, f"{what} scores")
+    if cap is not None:
+        scores = soft_cap(scores, *cap)
     p = softmax(scores, valid, sm_mult, sm_shift, exp, what)
     y = check_width(torch.einsum("bhpt,bthd->bphd", p, v), 32, f"{what} weighted sum")
     return rescale(y, out_mult, out_shift, 8)

@@ -68,3 +68,24 @@ def fold_qk_signs(ir: ModelIR) -> ModelIR:
                                        q_norm=Norm(np.abs(layer.q_norm.weight)), k_norm=Norm(np.abs(layer.k_norm.weight)))
                    for layer in ir.layers)
     return dataclasses.replace(ir, layers=layers)
+
+
+def fold_post_signs(ir: ModelIR) -> ModelIR:
+    """The same model with every post-sublayer norm gain (Gemma 2, 3) made non-negative: the sign of gain j moves into
+    row j of the projection the norm reads (o or down), as fold_qk_signs does for the per-head norms: a negated row
+    negates its element, leaves the sum of squares alone, and the negated gain gives it back. The chip's multipliers
+    hold magnitudes (numerics §5)."""
+    if not ir.config.post_norms:
+        return ir
+
+    def flipped(lin: Linear, norm: Norm) -> Linear:
+        sign = np.where(norm.weight < 0, -1.0, 1.0)
+        w = (lin.weight.astype(np.float64) * sign[:, None]).astype(np.float32)
+        return Linear(w, None if lin.bias is None else (lin.bias.astype(np.float64) * sign).astype(np.float32))
+
+    layers = tuple(dataclasses.replace(layer, o=flipped(layer.o, layer.post_attn_norm),
+                                       down=flipped(layer.down, layer.post_mlp_norm),
+                                       post_attn_norm=Norm(np.abs(layer.post_attn_norm.weight)),
+                                       post_mlp_norm=Norm(np.abs(layer.post_mlp_norm.weight)))
+                   for layer in ir.layers)
+    return dataclasses.replace(ir, layers=layers)

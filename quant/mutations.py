@@ -151,6 +151,13 @@ def breaks(qm: QModel) -> dict[str, Break]:
         Break("alibi_heads_rolled", "each head adds the next head's ALiBi slope",
               lambda qm: any(layer.alibi is not None and len(set(layer.alibi.tolist())) > 1 for layer in qm.layers),
               lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, alibi=layer.alibi.roll(1)))),
+        Break("post_norm_skipped", "o's and down's outputs reach the residual as they are: the post-sublayer norms "
+              "skipped", lambda qm: any(layer.post_attn_norm is not None for layer in qm.layers),
+              lambda qm: _layers(qm, lambda _, layer: dataclasses.replace(layer, post_attn_norm=None,
+                                                                          post_mlp_norm=None))),
+        Break("attention_cap_skipped", "the scores reach the softmax uncapped (in the cap's units: the table an "
+              "identity up to 8 caps)", lambda qm: qm.cap_table is not None,
+              lambda qm: dataclasses.replace(qm, cap_table=torch.arange(8 * int(qm.cap_table[-1]) + 1))),
         Break("kv_heads_rolled", "query heads read the wrong kv head (grouped-query mapping)",
               lambda qm: qm.config.n_kv_heads > 1 and qm.config.n_kv_heads < qm.config.n_heads, _kv_heads_rolled),
     ]

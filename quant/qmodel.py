@@ -77,7 +77,7 @@ class QLayer:
     q: QLinear  # -> int8, scale s_q
     k: QLinear  # -> int8, scale s_k
     v: QLinear  # -> int8, scale s_v
-    o: QLinear  # int8 attention output (its own step) -> int16 residual
+    o: QLinear  # int8 attention output (its own step) -> int16 residual (or int16 at its own step: post_attn_norm)
     sm_mult: int  # (max - score) -> exp table index
     sm_shift: int
     att_mult: int  # sum p*v (Q15 x s_v) -> int8 attention output
@@ -91,6 +91,10 @@ class QLayer:
     k_norm: QNorm | None = None  #   (head_dim,) multipliers: the gain's magnitude folded in, its sign in q's rows
     alibi: torch.Tensor | None = None  # int64 (n_heads,): ALiBi's slope per query head in score units (numerics §6):
     #                                    score[t] += alibi[h] * t for the key at position t
+    cap_mult: int = 0  # attention soft-cap (numerics §6): scores (int32) -> t in units of c / K, the cap table's index
+    cap_shift: int = 0  #   (0, 0: no cap)
+    post_attn_norm: QNorm | None = None  # post-sublayer norms (numerics §5): o's int16 output (its own step) -> the
+    post_mlp_norm: QNorm | None = None  #   int16 residual's step, (d_model,) multipliers with the gain's magnitude
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ class QModel:
     scales: dict[str, float]  # float value of one integer unit at each site (for reports and evaluation)
     steps: dict[str, tuple[list[float], list[float]]]  # projection -> (input step per channel, output step per row)
     lora: LoraSpec
+    cap_table: torch.Tensor | None = None  # attention soft-cap: TANH[0..N] (tables.tanh_cap_table); None: no cap
     pos: QEmbedding | None = None  # learned positions
     stage: Stage | None = None  # one board's part of a chain (its layers renumbered from 0); None: the whole model
 

@@ -20,7 +20,7 @@ from .blocks import SCORE_BITS
 from .calibrate import Calibration, calibrate, self_generated
 from .divergence import kl_per_token
 from .fixedpoint import bits_for, multiplier, multipliers
-from .fold import fold_norms, fold_qk_signs, qk_signs
+from .fold import fold_norms, fold_post_signs, fold_qk_signs, qk_signs
 from .gptq import gptq
 from .partial_rotary import reorder_rotary_rows
 from .qmodel import LoraSpec, QEmbedding, QLayer, QLinear, QModel, QNorm
@@ -29,11 +29,13 @@ from .tables import (
     NORM_OUT_FRAC,
     PROB_BITS,
     ROPE_IN_FRAC,
+    cap_units,
     exp_table,
     gelu_table,
     rope_tables,
     rsqrt_table,
     silu_table,
+    tanh_cap_table,
 )
 from .weights import (
     QuantizationError,
@@ -233,17 +235,20 @@ def _qalibi(slopes: tuple[float, ...], s_q: float, s_k: float, hd: int, context:
     return torch.tensor(alibi, dtype=torch.int64)
 
 
-def _qhead_norm(eps: float, hd: int, s_in: float, s_out: float, gain: np.ndarray, out_bits: int) -> QNorm:
-    """A per-head q/k norm (numerics §6): §4's RMSNorm over one head's hd elements of int12 at step s_in, to int12 at
-    s_out, the gain's magnitude folded into the per-channel multipliers (fold_qk_signs moved its sign into the
-    projection's rows). A gain of exactly 0 gets a vanishing multiplier (1, shift 62): its output is 0."""
+def _qhead_norm(eps: float, hd: int, s_in: float, s_out: float, gain: np.ndarray, out_bits: int,
+                what: str = "q/k norm") -> QNorm:
+    """A norm with its gain on the chip: a per-head q/k norm (numerics §6: §4's RMSNorm over one head's hd elements of
+    int12 at step s_in, to int12 at s_out) or a post-sublayer norm (§5: d_model elements of int16 to int16), the
+    gain's magnitude folded into the per-channel multipliers (fold_qk_signs, fold_post_signs moved its sign into the
+    projection's rows). A gain of exactly 0 gets a vanishing multiplier (1, shift 62): its output is 0. Input and
+    output have the same width, out_bits."""
     eps_q = max(1, math.floor(eps * hd / (s_in * s_in) + 0.5))
     if eps_q + hd * (1 << 2 * (out_bits - 1)) >= 1 << 62:
-        raise QuantizationError(f"q/k norm: epsilon {eps} is {eps_q} in sum-of-squares units at the projection's step "
+        raise QuantizationError(f"{what}: epsilon {eps} is {eps_q} in sum-of-squares units at the projection's step "
                                 f"{s_in:.3g}, over the int63 the datapath holds")
     gain = np.abs(np.asarray(gain, dtype=np.float64))
     scale = np.where(gain > 0, math.sqrt(hd) * gain / (2**15 * s_out), 2.0**-80)
-    mult, shift = _multipliers(scale, "q/k norm")
+    mult, shift = _multipliers(scale, what)
     return QNorm(kind="rms", eps_q=eps_q, mult=mult, shift=shift, out_bits=out_bits)
 
 
@@ -290,6 +295,9 @@ def activation_steps(cfg: ModelConfig, cal: Calibration, progress: bool = False)
         if cfg.qk_norm:  # q and k as projected, before their per-head norms (int12 at a 16x finer step, §6)
             for site in ("q_proj", "k_proj"):
                 steps[f"{n}.{site}"] = np.array([cal.int8_scale(f"{n}.{site}")])
+        if cfg.post_norms:  # o's and down's outputs into their post-sublayer norms: int16, calibrated as the residual
+            for site in ("o_out", "down_out"):
+                steps[f"{n}.{site}"] = np.array([max(cal.amax[f"{n}.{site}"], 1e-12) * RESIDUAL_HEADROOM / 2**15])
         if gated:
             steps[f"{n}.up"] = cal.channel_scales(f"{n}.up", cfg.ffn)
             steps[f"{n}.hidden"] = steps[f"{n}.gate"] / 2 * steps[f"{n}.up"]  # SILU out at half the gate's step
@@ -306,7 +314,8 @@ SUPPORTED_FEATURES = ("sequential or parallel pre-norm blocks (one norm or two)"
                       "causal attention, optionally windowed", f"activations {', '.join(QUANT_ACTIVATIONS)}")
 # ModelConfig.features the chip implements (each a prefix of the feature's text)
 IMPLEMENTED_FEATURES = ("parallel residual", "shared norm", "partial rotary", "windowed attention",
-                        "RoPE schedule", "per-head q/k norm", "ALiBi")
+                        "RoPE schedule", "per-head q/k norm", "ALiBi", "logit soft-capping", "post-sublayer norms",
+                        "attention soft-capping")
 
 
 def check_supported(ir: ModelIR, context: int) -> None:
@@ -319,6 +328,8 @@ def check_supported(ir: ModelIR, context: int) -> None:
         missing.append(f"activation {cfg.activation}")
     if cfg.alibi_slopes is not None and any(w is not None and w < context for w in cfg.layer_windows):
         missing.append("ALiBi with windowed attention (the chip's ring of keys does not hold their positions)")
+    if cfg.alibi_slopes is not None and cfg.attn_softcap is not None:  # no family has both: their order is unsettled
+        missing.append("ALiBi with attention soft-capping")
     if missing:
         raise QuantizationError(f"{ir.source or 'the model'}: the integer decoder does not implement "
                                 f"{'; '.join(missing)} yet (the import recovered and proved it; quantisation, the "
@@ -368,7 +379,7 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
     raw_bits, raw_scale = 8 + raw_frac, 2**raw_frac
     norm_bits = 8 + NORM_OUT_FRAC  # every norm output, so every projection that reads one: int12
     rotary = reorder_rotary_rows(folded)  # partial rotary: q and k's rows in the RoPE unit's pairs
-    stored = fold_qk_signs(rotary)  # per-head q/k norms: the gains' signs into q's and k's rows
+    stored = fold_post_signs(fold_qk_signs(rotary))  # per-head q/k and post-sublayer norms: gains' signs into rows
     qw = {n: _quantize(n, w, weight_scheme, bits[n], cal, in_steps(n))
           for n, w in track(_weights(stored).items(), f"quantising weights ({scheme})", unit="tensors",
                             enabled=progress, name=lambda item: item[0])}
@@ -390,7 +401,20 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                                                       float(s[part][0]) / raw_scale,
                                                       getattr(layer, f"{part}_norm").weight, raw_bits)
                           for part in ("q", "k")}
-        sm_mult, sm_shift = multiplier(float(s["q"][0] * s["k"][0]) / (math.sqrt(cfg.head_dim) * EXP_STEP), "softmax")
+        post = {}  # o and down write int16 at their own steps; the post norms bring them to the residual's (§5)
+        s_post = {part: np.array([s_x]) for part in ("o", "down")}
+        if cfg.post_norms:
+            s_post = {"o": steps[f"{n}.o_out"], "down": steps[f"{n}.down_out"]}
+            post = {f"post_{sub}_norm": _qhead_norm(cfg.norm_eps, d, float(s_post[part][0]), s_x,
+                                                    getattr(layer, f"post_{sub}_norm").weight, 16, "post-sublayer norm")
+                    for sub, part in (("attn", "o"), ("mlp", "down"))}
+        s_scores = float(s["q"][0] * s["k"][0]) / math.sqrt(cfg.head_dim)  # one integer score, in nats
+        cap = {}
+        if cfg.attn_softcap is not None:  # scores -> units of c / K, capped by the table, then the softmax (§6)
+            unit = cfg.attn_softcap / cap_units(cfg.attn_softcap)
+            cap_mult, cap_shift = multiplier(s_scores / unit, "attention soft-cap")
+            cap, s_scores = {"cap_mult": cap_mult, "cap_shift": cap_shift}, unit
+        sm_mult, sm_shift = multiplier(s_scores / EXP_STEP, "softmax")
         att_mult, att_shift = multiplier(float(s["v"][0]) / (2**PROB_BITS * float(s["attn_out"][0])), "attention output")
         if gated:
             table = silu_table(float(s["gate"][0]), cfg.activation)
@@ -400,18 +424,22 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
         layers.append(QLayer(
             attn_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.attn_norm"], norm_bits),
             q=lin("q", raw["q"], raw_bits), k=lin("k", raw["k"], raw_bits), v=lin("v", s["v"], 8), **head_norms,
-            o=lin("o", np.array([s_x]), 16, 8),
-            sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift,
+            o=lin("o", s_post["o"], 16, 8), **post,
+            sm_mult=sm_mult, sm_shift=sm_shift, att_mult=att_mult, att_shift=att_shift, **cap,
             alibi=None if cfg.alibi_slopes is None else _qalibi(cfg.alibi_slopes, float(s["q"][0]), float(s["k"][0]),
                                                                 cfg.head_dim, context),
             mlp_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps[f"{n}.mlp_norm"], norm_bits),
             gate=lin("gate", s["gate"], 8) if gated else None, up=lin("up", s["up"], 8),
-            down=lin("down", np.array([s_x]), 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs
+            down=lin("down", s_post["down"], 16, 16 if gated else 8), act_table=table))  # o, down: not norm outputs
     head = _qlinear("head", qw["head"], folded.head.bias, np.array([scales["logits"]]), 32, norm_bits)
 
     def out_step(i: int, part: str) -> np.ndarray | float:
-        """The step of a projection's output rows: the residual's for o and down, q and k's finer RoPE input step
-        (or their per-head norm's input step, negative on the rows whose gain's sign fold_qk_signs moved there)."""
+        """The step of a projection's output rows: the residual's for o and down (or their post-sublayer norm's input
+        step), q and k's finer RoPE input step (or their per-head norm's input step); negative on the rows whose gain's
+        sign fold_qk_signs or fold_post_signs moved there."""
+        if part in ("o", "down") and cfg.post_norms:  # into the post norm: its own step, the gain's sign on the row
+            gain = getattr(rotary.layers[i], "post_attn_norm" if part == "o" else "post_mlp_norm").weight
+            return steps[f"layers.{i}.{part}_out"] * np.where(gain < 0, -1.0, 1.0)
         if part in ("o", "down"):
             return s_x
         if part in ("q", "k") and cfg.qk_norm:
@@ -435,4 +463,5 @@ def quantize(ir: ModelIR, scheme: str = "int8", *, avg_bits: float = 4.0, calib_
                   layers=tuple(layers),
                   final_norm=_qnorm(cfg.norm, cfg.norm_eps, d, s_x, steps["final_norm"], norm_bits),
                   head=head, rsqrt=rsqrt_table(), exp=exp_table(), rope_cos=cos, rope_sin=sin, scales=scales,
-                  steps=io_steps, lora=lora, pos=pos)
+                  steps=io_steps, lora=lora, pos=pos,
+                  cap_table=None if cfg.attn_softcap is None else tanh_cap_table(cap_units(cfg.attn_softcap)))

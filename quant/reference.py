@@ -110,9 +110,12 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
         if windows[i] is not None:  # a local layer sees the last w keys only (numerics §6)
             valid &= key > positions[:, None] - windows[i]
         bias = None if layer.alibi is None else blocks.alibi_bias(layer.alibi, k.shape[1])  # (H, 1, t): ALiBi (§6)
+        cap = None if qm.cap_table is None else (layer.cap_mult, layer.cap_shift, qm.cap_table)  # Gemma 2 (§6)
         y = blocks.attention(q, k, v, valid, layer.sm_mult, layer.sm_shift, layer.att_mult, layer.att_shift, qm.exp,
-                             f"{name}.attention", bias)
+                             f"{name}.attention", bias, cap)
         attn_out = linear(y.reshape(b, p, -1), layer.o, f"{name}.o", lora.get((i, "o")))
+        if layer.post_attn_norm is not None:  # Gemma 2, 3 (§5): o's int16 output normed to the residual's step
+            attn_out = qnorm(attn_out, layer.post_attn_norm, qm.rsqrt, f"{name}.post_attn_norm")
         if cfg.parallel_residual and not cfg.shared_norm:  # the MLP reads the block's input too, through its norm
             a = qnorm(x, layer.mlp_norm, qm.rsqrt, f"{name}.mlp_norm")
         x = saturate(x + attn_out, 16)
@@ -124,7 +127,10 @@ def run(qm: QModel, ids: torch.Tensor, start: int, cache: list[list[torch.Tensor
             h = blocks.glu(gate, up, layer.act_table)
         else:
             h = blocks.lookup(up, layer.act_table)
-        x = saturate(x + linear(h, layer.down, f"{name}.down", lora.get((i, "down"))), 16)
+        mlp_out = linear(h, layer.down, f"{name}.down", lora.get((i, "down")))
+        if layer.post_mlp_norm is not None:
+            mlp_out = qnorm(mlp_out, layer.post_mlp_norm, qm.rsqrt, f"{name}.post_mlp_norm")
+        x = saturate(x + mlp_out, 16)
     return linear(qnorm(x, qm.final_norm, qm.rsqrt, "final_norm"), qm.head, "head")
 
 

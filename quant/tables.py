@@ -23,6 +23,24 @@ RECIP_BITS = 30  # softmax reciprocal: floor(2**30 / sum)
 SILU_OUT_BITS = 9  # SILU table output: +-255, symmetric, so that SILU * int8 fits int16
 
 
+CAP_UNITS_MAX = 1024  # attention soft-cap: at most this many table units per cap (the table then has ~4,300 entries)
+
+
+def cap_units(cap: float) -> int:
+    """K: the soft-capped scores' units per cap, c / K nats each: EXP_STEP / 4 (a quarter of the softmax's own step)
+    where the table stays small, else c / CAP_UNITS_MAX (Gemma 2's cap of 50: 0.049 nats, 0.78 EXP_STEP)."""
+    return min(CAP_UNITS_MAX, max(1, _round(4 * cap / EXP_STEP)))
+
+
+def tanh_cap_table(units: int) -> torch.Tensor:
+    """TANH[i] = round(K tanh(i / K)) for i = 0 .. N, N the first index where it reaches K (K = units): the soft-cap
+    K tanh(t / K) of a non-negative score t in units of c / K, odd, and K from N on (numerics §6)."""
+    values = []
+    while not values or values[-1] < units:
+        values.append(_round(units * math.tanh(len(values) / units)))
+    return torch.tensor(values, dtype=torch.int64)
+
+
 def _round(x: float) -> int:
     """Round half up: the same rule as the datapath, for reproducible tables."""
     return math.floor(x + 0.5)

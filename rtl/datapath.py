@@ -38,6 +38,7 @@ class Mode(enum.Enum, shape=4):
     PV = 7  # attention output int8 -> activation buffer
     LOGITS = 8  # int32 -> argmax
     LORA_A = 9  # LoRA A a, rescaled to int16 -> the t16 registers
+    POST = 10  # int16 -> the norm unit: a post-sublayer norm's input (o, down: Gemma 2, 3), added to the residual after
 
 
 class Source(enum.Enum, shape=3):
@@ -84,6 +85,7 @@ class Dims:
     attn_rows: int  # rows of the attention products: the KV cache's banks
     gated: bool  # a gated MLP (GLU) rather than one activation table
     raw_bits: int  # q and k as projected, before the rotation: int8 or int12
+    post_norms: bool  # o and down write into their post-sublayer norms (Mode.POST), not the residual (Gemma 2, 3)
     c_ctx: int  # words of the context (probabilities, a row of V transposed)
     c_kv: int  # words of K (all heads) at one position
 
@@ -97,6 +99,7 @@ class Dims:
         return cls(plan=plan, lanes=plan.lanes, rows=plan.rows, wide=plan.epilogue_lanes, d=cfg.d_model,
                    hd=cfg.head_dim, ctx=qm.context, kvdim=kvdim, qdim=cfg.n_heads * cfg.head_dim,
                    attn_rows=plan.attn_rows(cfg.head_dim), gated=cfg.gated, raw_bits=raw.pop(),
+                   post_norms=any(layer.post_attn_norm is not None for layer in qm.layers),
                    c_ctx=plan.chunks(qm.context), c_kv=kvdim // plan.lanes)
 
     def chunks(self, n: int) -> int:

@@ -108,7 +108,13 @@ def _rescale_inputs(m: Module, qm: QModel, dims: Dims, p: Product, weights: Weig
                 m.d.comb += [att_mult.eq(layer.att_mult), att_shift.eq(layer.att_shift)]
     alibi = _alibi_terms(m, qm, dims, p, units, control)
     with m.If(p.mv_mode == Mode.SCORES):
-        m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+        if qm.cap_table is None:
+            m.d.comb += [*(mu.eq(1 << 14) for mu in mult), *(sh.eq(14) for sh in shift)]  # identity: scores pass
+        else:  # Gemma 2's soft-cap: into units of c / K, the layer's cap multiplier (numerics §6)
+            with m.Switch(control.layer_sel):
+                for i, layer in enumerate(qm.layers):
+                    with m.Case(i):
+                        m.d.comb += [*(mu.eq(layer.cap_mult) for mu in mult), *(sh.eq(layer.cap_shift) for sh in shift)]
         m.d.comb += [b.eq(term) for b, term in zip(bias, alibi, strict=False)]  # ALiBi: each key's bias
     with m.Elif(p.mv_mode == Mode.PV):
         m.d.comb += [mult[0].eq(att_mult), shift[0].eq(att_shift)]
@@ -201,7 +207,7 @@ def _lora_delta(m: Module, dims: Dims, p: Product, units: Units, lora: LoraBank,
 def _destinations(m: Module, dims: Dims, p: Product, r: _Rows, y: _Beat, kv: KvCache, vectors: Vectors, units: Units,
                   control: Control, link: NormLink) -> None:
     """The projections' destinations: raw q and k, the transposed V cache, the residual (whose update also streams
-    into the next norm unit), the gate vector and the activation units."""
+    into the next norm unit), a post-sublayer norm, the gate vector and the activation units."""
     took = r.took
     m.d.comb += took.eq(y.valid & r.dest_ready)
     with m.If(took):
@@ -224,6 +230,10 @@ def _destinations(m: Module, dims: Dims, p: Product, r: _Rows, y: _Beat, kv: KvC
             m.d.comb += r.dest_ready.eq(resid_free)
             with m.If(took):
                 m.d.sync += resid_capture
+        if dims.post_norms:
+            with m.Case(Mode.POST):  # o's or down's rows straight into their post-sublayer norm, beat by beat
+                m.d.comb += [r.dest_ready.eq(link.ready), link.valid.eq(y.valid), link.count.eq(beat),
+                             *(link.values[e].eq(y.y16[e]) for e in range(dims.wide))]
         with m.Case(Mode.GATE):
             m.d.comb += r.dest_ready.eq(1)
             run_into(m, vectors.gate, row_out, y8, beat, took)
@@ -278,7 +288,12 @@ def _attention_and_head_destinations(m: Module, dims: Dims, p: Product, r: _Rows
         with m.Case(Mode.SCORES):  # beats of at most softmax.in_lanes (the serializer's groups of attention rows)
             m.d.comb += [scores_in.i.valid.eq(valid), r.dest_ready.eq(scores_in.i.ready),
                          scores_in.i.payload.count.eq(beat), scores_in.i.payload.last.eq(r.last_beat)]
-            m.d.comb += [scores_in.i.payload.scores[e].eq(ys[e]) for e in range(units.softmax.in_lanes)]
+            if units.soft_caps:  # each through its soft-cap table (Gemma 2)
+                m.d.comb += [units.soft_caps[e].t.eq(ys[e]) for e in range(units.softmax.in_lanes)]
+                m.d.comb += [scores_in.i.payload.scores[e].eq(units.soft_caps[e].capped)
+                             for e in range(units.softmax.in_lanes)]
+            else:
+                m.d.comb += [scores_in.i.payload.scores[e].eq(ys[e]) for e in range(units.softmax.in_lanes)]
         with m.Case(Mode.PV):  # attention output of this head, element head*hd + j
             element = Signal(range(dims.qdim))
             m.d.comb += [r.dest_ready.eq(1), element.eq(control.head * dims.hd + row_out),

@@ -19,6 +19,8 @@ from .decoder_control import Control
 from .decoder_engine import Product
 from .decoder_epilogue import Epilogue
 from .decoder_memories import Buffers, KvCache, Vectors, Weights
+from .decoder_residual import post_add_states, residual_element
+from .decoder_residual import to_norm as residual_to_norm
 from .decoder_side import HeadNormDriver, NormFeeder, NormLink, RopeDriver, k_write, q_write
 from .decoder_units import Units
 from .lora_bank import LoraBank
@@ -59,7 +61,7 @@ def build_schedule(m: Module, s: ScheduleIn) -> object:
     with m.If(s.units.argmax.o.valid):
         m.d.sync += [ctl.out_token.eq(s.units.argmax.o.payload), ctl.token_ready.eq(1)]
     with m.FSM(name="schedule") as fsm:
-        to_norm = (s.link.values[0], s.link.valid, s.link.count)
+        to_norm = residual_to_norm(s.link)
         if s.qm.has_embedding:
             _idle_state(m, s)
             learned = s.weights.pos_store is not None
@@ -117,21 +119,11 @@ def _receive_states(m: Module, s: ScheduleIn, to_norm: tuple[Signal, Signal, Sig
     with m.State("RECEIVE"):
         m.d.comb += resid_in.ready.eq(s.link.ready)
         with m.If(resid_in.valid & s.link.ready):
-            _residual_element(m, s, index, resid_in.payload.value, to_norm)
+            residual_element(m, s.vectors, index, resid_in.payload.value, to_norm)
             m.d.sync += index.eq(index + 1)
             with m.If(index == d - 1):
                 m.d.sync += index.eq(0)
                 m.next = "L0_START"
-
-
-def _residual_element(m: Module, s: ScheduleIn, index: Signal, value: object,
-                      to_norm: tuple[Signal, Signal, Signal] | None) -> None:
-    """Element `index` of the residual written with `value` (the embedding's, or one from the board before), and
-    handed to the first norm unit when it loads it (to_norm: its value, its strobe, its count; one per beat)."""
-    resid = s.vectors.resid
-    m.d.comb += [resid.wr_base.eq(index), resid.wr_values[0].eq(value), resid.wr_count.eq(1), resid.wr_en.eq(1)]
-    if to_norm is not None:
-        m.d.comb += [to_norm[0].eq(value), to_norm[1].eq(1), to_norm[2].eq(1)]
 
 
 def _send_states(m: Module, s: ScheduleIn) -> None:
@@ -260,20 +252,42 @@ def _head_states(m: Module, s: ScheduleIn, i: int, h: int) -> None:
 def _mlp_states(m: Module, s: ScheduleIn, i: int) -> None:
     """Layer i after its heads: O into the residual (loading the MLP norm), the norm, gate / up, down (loading the
     next layer's first norm, or the final one). A parallel block ran its norm, gate and up before the attention:
-    O only adds."""
+    O only adds. With post-sublayer norms (Gemma 2, 3) O and DOWN load their own norm instead, whose output is then
+    added to the residual, loading the next norm."""
     n, cfg = f"layers.{i}", s.qm.config
     nxt_layer = f"L{i + 1}_START" if i + 1 < cfg.n_layers else "FINAL_NORM" if s.qm.has_head else "SEND_SETTLE"
-    o = s.product.start(f"{n}.o", rows=s.dims.d, chunks=s.dims.chunks(s.dims.qdim), mode=Mode.RESID, src=Source.ACT)
+    nxt_norm = first_norm(s.qm, i + 1) if i + 1 < cfg.n_layers else "final" if s.qm.has_head else None
+    post = s.qm.layers[i].post_attn_norm is not None
+    mode = Mode.POST if post else Mode.RESID
+    o = s.product.start(f"{n}.o", rows=s.dims.d, chunks=s.dims.chunks(s.dims.qdim), mode=mode, src=Source.ACT)
+    down = s.product.start(f"{n}.down", rows=s.dims.d, chunks=s.dims.chunks(cfg.ffn), mode=mode, src=Source.HID)
+    mlp = f"L{i}_GATE" if s.dims.gated else f"L{i}_UP"
     if cfg.parallel_residual:
         _mv_state(m, s, f"L{i}_O", f"L{i}_DOWN", o)
+    elif post:
+        _post_states(m, s, f"L{i}_O", o, f"post_attn{i}", f"L{i}_NORM_MLP", f"mlp{i}")
     else:
         _mv_state(m, s, f"L{i}_O", f"L{i}_NORM_MLP", _feeding_norm(s, o, f"mlp{i}"))
-        _norm_state(m, s, f"L{i}_NORM_MLP", f"mlp{i}", f"L{i}_GATE" if s.dims.gated else f"L{i}_UP")
+    if not cfg.parallel_residual:
+        _norm_state(m, s, f"L{i}_NORM_MLP", f"mlp{i}", mlp)
         _gate_up_states(m, s, i, f"L{i}_DOWN")
-    down = s.product.start(f"{n}.down", rows=s.dims.d, chunks=s.dims.chunks(cfg.ffn), mode=Mode.RESID, src=Source.HID)
-    if i + 1 < cfg.n_layers or s.qm.has_head:
-        down = _feeding_norm(s, down, first_norm(s.qm, i + 1) if i + 1 < cfg.n_layers else "final")
+    if post:
+        _post_states(m, s, f"L{i}_DOWN", down, f"post_mlp{i}", nxt_layer, nxt_norm)
+        return
+    if nxt_norm is not None:
+        down = _feeding_norm(s, down, nxt_norm)
     _mv_state(m, s, f"L{i}_DOWN", nxt_layer, down)
+
+
+def _post_states(m: Module, s: ScheduleIn, name: str, start: MvStart, site: str, nxt: str, nxt_norm: str | None) -> None:
+    """A product (O or DOWN) through its post-sublayer norm into the residual: the product loads norm `site`, which
+    writes the activation buffer; the add then writes the residual and loads `nxt_norm` (none on a chain's earlier
+    board), and `nxt` follows."""
+    _mv_state(m, s, name, f"{name}_POST_NORM", _feeding_norm(s, start, site))
+    _norm_state(m, s, f"{name}_POST_NORM", site, f"{name}_POST_ADD")
+    post_add_states(m, f"{name}_POST_ADD", nxt, dims=s.dims, vectors=s.vectors, buffers=s.buffers, link=s.link,
+                    index=s.control.emb_o, start_norm=[*s.feeder.start(nxt_norm), s.feeder.fused.eq(1)] if nxt_norm
+                    else [], loads_norm=nxt_norm is not None)
 
 
 def _norm_state(m: Module, s: ScheduleIn, name: str, key: str, nxt: str) -> None:
@@ -395,7 +409,7 @@ def _embed_states(m: Module, s: ScheduleIn, store: object, scale: object, row: S
                              written.eq(saturate(total, 16))]
             else:
                 m.d.comb += written.eq(rescale.o.payload)
-            _residual_element(m, s, emb_o, written, to_norm)
+            residual_element(m, s.vectors, emb_o, written, to_norm)
         with m.If(emb_o == d):
             m.d.sync += [emb_i.eq(0), emb_o.eq(0)]
             m.next = nxt

@@ -20,6 +20,7 @@ from .rescale import Rescale
 from .rope import Rope
 from .row_serializer import RowSerializer
 from .skid_buffer import SkidBuffer
+from .soft_cap import SoftCap
 from .softmax import Softmax
 
 
@@ -32,9 +33,11 @@ class Units:
     rescales: list[Rescale]  # one per epilogue lane, in lockstep
     emb_rescale: Rescale  # the embedding's (and learned positions')
     norm_unit: NormUnit  # every norm site, chosen by its `site`
-    norm_names: list[str]  # the sites in that order: attn{i}, mlp{i} (unless shared), final
+    norm_names: list[str]  # the sites in that order: attn{i}, mlp{i} (unless shared), post_attn{i}, post_mlp{i} (post-
+    #                        sublayer norms), final
     softmax: Softmax  # every layer's, chosen by its `site`
     softmax_in: SkidBuffer  # the softmax's input register
+    soft_caps: list[SoftCap]  # one per score lane into the softmax: Gemma 2's attention soft-cap (empty: none)
     acts: list[Glu | TableLookup]  # one per epilogue lane, every layer's table, chosen by its `site`
     rope: Rope | None  # None: learned positions
     head_norm: NormUnit | None  # every per-head q/k norm (sites q0, k0, q1, ...), one head at a time; None: none
@@ -61,6 +64,8 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
         norm_sites[f"attn{i}"] = layer.attn_norm
         if not cfg.shared_norm:  # one norm for both sublayers (Phi): its activations serve the MLP too
             norm_sites[f"mlp{i}"] = layer.mlp_norm
+        if layer.post_attn_norm is not None:  # Gemma 2, 3: o's and down's outputs, int16 to the residual's step
+            norm_sites[f"post_attn{i}"], norm_sites[f"post_mlp{i}"] = layer.post_attn_norm, layer.post_mlp_norm
     if qm.has_head:  # a chain's earlier boards pass the residual on instead
         norm_sites["final"] = qm.final_norm
     norm_unit = NormUnit(dims.d, cfg.norm, [NormSite(qn.eps_q, qn.mult.tolist(), qn.shift.tolist(), qn.out_bits)
@@ -75,6 +80,11 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
     # the epilogue's mode decode in front of them
     m.submodules.softmax_skid = softmax_in = SkidBuffer(softmax.i.payload.shape())
     wiring.connect(m, softmax_in.o, softmax.i)
+    soft_caps = []
+    if qm.cap_table is not None:  # the scores capped on their way into the softmax's input register
+        for e in range(softmax.in_lanes):
+            m.submodules[f"soft_cap{e}"] = cap = SoftCap(qm.cap_table.tolist())
+            soft_caps.append(cap)
     acts = []
     for e in range(dims.wide):
         unit = (Glu if dims.gated else TableLookup)(*(layer.act_table for layer in qm.layers))
@@ -90,5 +100,6 @@ def build_units(m: Module, qm: QModel, dims: Dims, acc_bits: int) -> Units:
         m.submodules.head_norm = head_norm = NormUnit(dims.hd, "rms", head_sites)
     m.submodules.argmax = argmax = Argmax(32, cfg.vocab_size, dims.wide)
     return Units(macs=macs, serializer=serializer, rescales=rescales, emb_rescale=emb_rescale, norm_unit=norm_unit,
-                 norm_names=list(norm_sites), softmax=softmax, softmax_in=softmax_in, acts=acts, rope=rope,
+                 norm_names=list(norm_sites), softmax=softmax, softmax_in=softmax_in, soft_caps=soft_caps, acts=acts,
+                 rope=rope,
                  head_norm=head_norm, argmax=argmax)

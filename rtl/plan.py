@@ -106,7 +106,7 @@ class Phase:
 
     kind: str  # "embed", "norm", "matvec", "lora_a", "qk_norm", "rope", "copy", "scores", "softmax", "pv", "argmax",
     #            "handshake", "receive", "send" (a chain's boards: the residual in from the board before, out to the
-    #            board after)
+    #            board after), "post_add" (a post-sublayer norm's output added to the residual)
     name: str  # what it works on: "layers.0.q", "layers.1.head2", ...
     macs: int  # model multiply-accumulates (LoRA's are not model work: 0)
     cycles: int  # clock cycles in the RTL, beside what overlaps it
@@ -190,6 +190,13 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
         tail = norm + (RESID_STAGE if loaded_by_product else 0)
         return Phase("norm", name, 0, tail, tail - plan.chunks_of(d, plan.vector_lanes))
 
+    def post_phases(name: str) -> list[Phase]:
+        """A post-sublayer norm (Gemma 2, 3) its product loaded directly (no residual stage on the way), then its
+        output added to the residual: a cycle to start, an element a cycle, a cycle to hand over
+        (rtl/decoder_residual.py); the norm this add loads then ends like one the embedding loads."""
+        words = plan.chunks_of(d, plan.vector_lanes)
+        return [Phase("norm", f"{name}_norm", 0, norm, norm - words), Phase("post_add", f"{name}_add", 0, d + 2, 2)]
+
     def mlp_phases(i: int, layer: object, sites: tuple[str, ...]) -> list[Phase]:
         out = []
         for site in sites:
@@ -217,8 +224,8 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases += mlp_phases(i, layer, ("gate", "up"))
             if not cfg.shared_norm:  # a cycle to start it, one to hand over, an element per cycle in, then its tail
                 phases.append(Phase("norm", f"{prefix}.attn_norm", 0, 2 + d + norm, 2 + norm))
-        else:
-            phases.append(norm_phase(f"{prefix}.attn_norm", i > 0))  # loaded by the embedding, or by DOWN
+        else:  # loaded by the embedding, by DOWN, or by a post-sublayer norm's add
+            phases.append(norm_phase(f"{prefix}.attn_norm", i > 0 and qm.layers[i - 1].post_mlp_norm is None))
         for site in ("q", "k", "v"):
             if site in qm.lora.sites and qm.lora.rank:
                 phases.append(_matvec("lora_a", f"{prefix}.{site}.lora_a", qm.lora.rank, d, 1, plan, macs=False))
@@ -245,14 +252,18 @@ def schedule(qm: QModel, plan: HardwarePlan, position: int) -> list[Phase]:
             phases.append(Phase("softmax", f"{prefix}.head{h}.softmax", 0, 2 * words + tail, tail))
             phases.append(_matvec("pv", f"{prefix}.head{h}.pv", hd, n, attn, plan))
         phases += mlp_phases(i, layer, ("o",))
+        if layer.post_attn_norm is not None:
+            phases += post_phases(f"{prefix}.post_attn")
         if not cfg.parallel_residual:
-            phases.append(norm_phase(f"{prefix}.mlp_norm", True))
+            phases.append(norm_phase(f"{prefix}.mlp_norm", layer.post_attn_norm is None))
             phases += mlp_phases(i, layer, ("gate", "up"))
         phases += mlp_phases(i, layer, ("down",))
+        if layer.post_mlp_norm is not None:
+            phases += post_phases(f"{prefix}.post_mlp")
     if not qm.has_head:  # a chain's earlier board: the residual update's registers settle, then it goes out
         phases.append(Phase("send", "residual out", 0, RESID_STAGE + d, RESID_STAGE))
         return phases
-    phases.append(norm_phase("final_norm", True))
+    phases.append(norm_phase("final_norm", qm.layers[-1].post_mlp_norm is None))
     phases.append(_matvec("matvec", "head", *qm.head.codes.shape, rows, plan, width=epilogue_width(qm, plan, "head")))
     phases.append(Phase("argmax", "argmax", 0, ARGMAX_LATENCY + 1, ARGMAX_LATENCY + 1))  # its stages; the token out
     phases.append(Phase("handshake", "token in, token out", 0, 1, 1))  # as the status counter sees a feed

@@ -227,10 +227,11 @@ def hf_qwen3(seed: int = 0) -> torch.nn.Module:
     return perturb(Qwen3ForCausalLM(cfg), seed)
 
 
-def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
+def hf_gemma3(seed: int = 0, post_norms: bool = True, post_mlp_norm: bool = True) -> torch.nn.Module:
     """Gemma 3: per-head q/k norms with (1 + w) gains, a score scale of query_pre_attn_scalar^-0.5 (24, not the
     head's 16), local layers (a window of 16), and norms of the attention's and the MLP's outputs before each residual
-    Add (refused by name). post_norms=False replaces those with identities: a pre-norm block that imports."""
+    Add. post_norms=False replaces those with identities (a pre-norm block), post_mlp_norm=False only the MLP's
+    (refused by name)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(seed)
@@ -238,23 +239,28 @@ def hf_gemma3(seed: int = 0, post_norms: bool = True) -> torch.nn.Module:
                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX,
                            sliding_window=16, query_pre_attn_scalar=24, bos_token_id=0, eos_token_id=0, pad_token_id=0)
     model = perturb(Gemma3ForCausalLM(cfg), seed)
-    if not post_norms:
-        for layer in model.model.layers:
+    for layer in model.model.layers:
+        if not post_norms:
             layer.post_attention_layernorm = torch.nn.Identity()
+        if not post_norms or not post_mlp_norm:
             layer.post_feedforward_layernorm = torch.nn.Identity()
     return model
 
 
-def hf_gemma2(seed: int = 0) -> torch.nn.Module:
-    """Gemma 2: tanh soft-capping of the scores and the logits (refused), alternating local and global layers."""
+def hf_gemma2(seed: int = 0, attention_cap: float = 50.0, tied: bool = True, score_gain: float = 1.0) -> torch.nn.Module:
+    """Gemma 2: tanh soft-capping of the scores and the logits, norms of the attention's and the MLP's outputs before
+    each residual Add, alternating local (a window of 16) and global layers. tied=False gives it a head of its own
+    (tied, a random Gemma mostly echoes its input: the embedding is scaled by sqrt(d_model)); score_gain scales q's
+    and k's matrices (the scores by its square), so that a cap smaller than Gemma 2's 50 bites on this model's
+    scores."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     torch.manual_seed(seed)
     cfg = Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, max_position_embeddings=SEQ_MAX, sliding_window=16,
-                       attn_logit_softcapping=50.0, final_logit_softcapping=30.0, bos_token_id=0, eos_token_id=0,
-                       pad_token_id=0)
-    return perturb(Gemma2ForCausalLM(cfg), seed)
+                       attn_logit_softcapping=attention_cap, final_logit_softcapping=30.0, bos_token_id=0,
+                       eos_token_id=0, pad_token_id=0, tie_word_embeddings=tied)
+    return perturb(Gemma2ForCausalLM(cfg), seed, {"q_proj.weight": score_gain, "k_proj.weight": score_gain})
 
 
 def hf_bloom(seed: int = 0) -> torch.nn.Module:
@@ -291,8 +297,10 @@ FAMILIES_2025 = {  # the `exported` fixture's names for the families of issue 35
     "qwen3": hf_qwen3,
     "gemma3": hf_gemma3,
     "gemma3-prenorm": lambda: hf_gemma3(post_norms=False),
+    "gemma3-attention-post-norm-only": lambda: hf_gemma3(post_mlp_norm=False),
     "gemma2": hf_gemma2,
     "bloom": hf_bloom,
     "mpt": hf_mpt,
+    "gemma2-cap4": lambda: hf_gemma2(attention_cap=4.0, tied=False, score_gain=3.0),
 }
 

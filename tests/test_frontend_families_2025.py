@@ -3,7 +3,10 @@ YaRN with its attention factor), interleaved RoPE (GPT-J, Cohere), fused project
 gate/up) and scalar multipliers (Granite's embedding, residual, attention and logits multipliers; Cohere's logit
 scale), which need no new hardware; Qwen3's per-head q/k norm and BLOOM's and MPT's ALiBi, which do
 (tests/test_sim_cocotb.py decodes Qwen3 and BLOOM);
-and the refusals, by name, of what the chip does not compute (Gemma 2's soft-capping, a q norm without a k norm).
+Gemma 2's logit soft-capping (the chip takes the argmax before the cap), Gemma 2's and 3's post-sublayer norms (through
+the chip's norm unit) and Gemma 2's attention soft-capping (a table in the scores' integer domain), which
+tests/test_sim_cocotb.py decodes; and the refusals, by name, of what the chip does not compute (a q norm without a k
+norm, a post norm of one sublayer only, a decreasing cap).
 
 Each tiny random model (transformers, from a config) is exported with the dynamo exporter, recovered by data flow and
 proven against onnxruntime; the checks below compare the IR with the Hugging Face model's own parameters, so that a
@@ -185,7 +188,7 @@ def test_qwen3_per_head_qk_norm(exported):
 def test_gemma3_qk_norm_takes_the_score_scale(exported):
     """Gemma 3's per-head q/k norms ((1 + w) gains) behind a score scale of 24^-0.5 for heads of 16: the scale goes
     into q's norm gain (into q's rows the norm would undo it), proven, equal to Hugging Face's logits. Its post-sublayer
-    norms are identities in this export (test_gemma3_post_sublayer_norms_are_refused_by_name)."""
+    norms are identities in this export (test_gemma3_post_sublayer_norms reads them)."""
     model, ir = _proven(exported, "gemma3-prenorm")
     cfg = ir.config
     assert cfg.qk_norm and cfg.attn_windows == (16, 16)
@@ -201,31 +204,81 @@ def test_gemma3_qk_norm_takes_the_score_scale(exported):
     _same_logits_as_hf(model, ir)
 
 
-def test_gemma3_post_sublayer_norms_are_refused_by_name(exported):
-    """Gemma 3 norms the attention's output before its residual Add: refused naming the norm, not by the proof."""
-    _, path = exported("gemma3")
-    _refused(path, re.escape(f"{path}: could not place ") + r"\w+ node '[^']+'" + re.escape(
-        ": a norm of the attention's output before the residual Add (a post-sublayer norm: Gemma 2, Gemma 3) is not "
-        "supported"))
+POST_NORMS = "post-sublayer norms (RMSNorm of the attention's and the MLP's outputs before the residual Adds)"
 
 
-def test_a_norm_of_q_without_one_of_k_is_refused_by_name(exported, tmp_path):
-    """Qwen3's graph with each layer's k norm cut out (k goes to its transpose as projected): a q norm alone is
-    refused naming it, before any proof."""
-    _, path = exported("qwen3")
+def _same_post_norms(ir, model) -> None:
+    """The IR's post-sublayer norm gains are Hugging Face's (1 + w), read from the graph's constants."""
+    for layer, hf in zip(ir.layers, model.model.layers, strict=True):
+        for mine, theirs in ((layer.post_attn_norm, hf.post_attention_layernorm),
+                             (layer.post_mlp_norm, hf.post_feedforward_layernorm)):
+            assert mine.bias is None and np.allclose(mine.weight, 1 + _np(theirs.weight), rtol=1e-6)
+            assert not np.allclose(mine.weight, 1.0)  # perturbed: a gain left out would show
+
+
+def test_gemma3_post_sublayer_norms(exported):
+    """Gemma 3 norms the attention's and the MLP's outputs before each residual Add (the "sandwich" norms): read as
+    Layer.post_attn_norm / post_mlp_norm with (1 + w) gains, beside its q/k norms and windows, proven and equal to
+    Hugging Face's logits."""
+    model, ir = _proven(exported, "gemma3")
+    cfg = ir.config
+    assert cfg.post_norms and cfg.qk_norm and cfg.attn_windows == (16, 16) and cfg.norm_eps == model.config.rms_norm_eps
+    assert cfg.features == (QK_NORM, "windowed attention (layer 0: 16, layer 1: 16)", POST_NORMS)
+    _same_post_norms(ir, model)
+    _same_logits_as_hf(model, ir)
+
+
+def test_a_post_norm_of_one_sublayer_only_is_refused_by_name(exported):
+    """Gemma 3 with its MLP's post norm made an identity: the chip's post norms come in pairs, so one alone is refused
+    naming the attention's softmax, before any proof."""
+    _, path = exported("gemma3-attention-post-norm-only")
+    _refused(path, re.escape(f"{path}: could not place Softmax node '") + r"[^']+" + re.escape(
+        "': a norm of one sublayer's output without one of the other's, or in a parallel block, is not supported; "
+        "supported: post-sublayer norms of both sublayers of a sequential block (Gemma 2, Gemma 3)"))
+
+
+def test_gemma2_attention_soft_capping(exported):
+    """Gemma 2 as configured (attention cap 50, logit cap 30, post-sublayer norms, a local layer of 16 then a global
+    one, query_pre_attn_scalar 256 folded into q): the scores' cap c * tanh(s / c) read between the score product and
+    the softmax (the scalars before the Tanh are the score scale over c, those after it c), proven, equal to Hugging
+    Face's (capped) logits; the
+    float forward without it differs from onnxruntime by more than the proof's bound on the model whose scores reach
+    12 against a cap of 4 (the test model of tests/test_sim_cocotb.py), so the proof sees the cap."""
+    import dataclasses
+
+    model, ir = _proven(exported, "gemma2")
+    cfg = ir.config
+    assert (cfg.attn_softcap, cfg.logit_softcap, cfg.post_norms, cfg.attn_windows) == (50.0, 30.0, True, (16, None))
+    assert cfg.features == ("windowed attention (layer 0: 16)", POST_NORMS, ATTN_CAP.format(50),
+                            LOGIT_CAP.replace("0.25", "30"))
+    assert cfg.folded == ("embedding scale 8 (into the table)",
+                          "score scale 0.0625 instead of 1/sqrt(head_dim) (q's weights times 0.25)")
+    _same_post_norms(ir, model)
+    _same_logits_as_hf(model, ir)
+    model, ir = _proven(exported, "gemma2-cap4")
+    assert ir.config.attn_softcap == 4.0
+    _same_logits_as_hf(model, ir)
+    uncapped = dataclasses.replace(ir, config=dataclasses.replace(ir.config, attn_softcap=None))
+    ids = torch.randint(0, 96, (1, 32), generator=torch.Generator().manual_seed(2))
+    want = float_forward(ir, ids)
+    assert (float_forward(uncapped, ids) - want).abs().max() > 1e-2 * want.abs().max()
+
+
+def test_a_decreasing_attention_cap_is_refused_by_name(exported, tmp_path):
+    """Gemma 2's graph with the factor after each scores' Tanh negated (-50): softmax(-c tanh(s / c)) prefers the
+    lowest scores, which no increasing table gives; refused naming the Tanh, before any proof."""
+    _, path = exported("gemma2")
     proto = onnx.load(path)
     nodes = list(proto.graph.node)
-    producer = {out: n for n in nodes for out in n.output}
-    for gain in [n for n in nodes if n.op_type == "Mul" and any("k_norm" in i for i in n.input)]:
-        scaled = producer[next(i for i in gain.input if "k_norm" not in i)]  # k * rsqrt(mean(k^2) + eps)
-        view = next(i for i in scaled.input if producer[i].op_type == "Reshape")  # k as projected, per head
-        transpose = next(n for n in nodes if n.op_type == "Transpose" and gain.output[0] in n.input)
-        transpose.input[0] = view  # the norm is left hanging: k reaches RoPE as projected
-    bad = tmp_path / "q_norm_only.onnx"
+    tanh = next(n for n in nodes if n.op_type == "Tanh")
+    after = next(n for n in nodes if n.op_type == "Mul" and tanh.output[0] in n.input)
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(-50.0, np.float32), "negative_cap"))
+    after.input[next(i for i, name in enumerate(after.input) if name != tanh.output[0])] = "negative_cap"
+    bad = tmp_path / "decreasing.onnx"
     onnx.save(proto, bad)
-    _refused(bad, re.escape(f"{bad}: could not place Mul node '") + r"[^']+" + re.escape(
-        "': a norm of q before the scores without one of k is not supported; supported: a per-head norm of both "
-        "(Qwen3, Gemma 3)"))
+    _refused(bad, re.escape(f"{bad}: could not place Tanh node '{tanh.name}': an attention soft-cap c * tanh(b * q.k) "
+                            "with b = 0.00125, c = -50 is not supported; supported: b and c positive (then it is "
+                            "increasing)"))
 
 
 def test_bloom_alibi(exported):
@@ -307,36 +360,85 @@ def test_alibi_with_windows_is_refused_by_the_quantiser(exported):
         quantize(windowed, "int8", context=24)
 
 
-def test_gemma2_soft_capping_is_refused_by_name(exported):
-    _, path = exported("gemma2")
-    _refused(path, re.escape(f"{path}: could not place ") + r"Tanh node '[^']+'" + re.escape(
-        ": attention soft-capping (tanh of the scores: Gemma 2) is not supported"))
+ATTN_CAP = "attention soft-capping {:g} (scores cap * tanh(s / cap) before the softmax)"
 
 
-def test_logit_soft_capping_is_refused_by_name(exported, tmp_path):
-    """Granite's logits capped as Gemma 2 caps them (tanh(x / 30) * 30 after the head) by editing its graph."""
+def _capped_granite(exported, tmp_path, cap: float = 0.25):
+    """Granite's graph with its logits capped as Gemma 2 caps them (tanh(x / cap) * cap after the head and Granite's
+    own logits multiplier; Gemma 2's cap is 30, 0.25 bites on this random model's logits of about 0.3): -> (Granite's
+    path, the capped model's path)."""
     _, path = exported("granite")
     proto = onnx.load(path)
     logits = proto.graph.output[0].name
     last = next(n for n in proto.graph.node if logits in n.output)
     last.output[0] = "uncapped"
-    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(30.0, np.float32), "cap"))
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(cap, np.float32), "cap"))
     proto.graph.node.extend([onnx.helper.make_node("Div", ["uncapped", "cap"], ["scaled"], name="cap_div"),
                              onnx.helper.make_node("Tanh", ["scaled"], ["capped"], name="cap_tanh"),
                              onnx.helper.make_node("Mul", ["capped", "cap"], [logits], name="cap_mul")])
-    bad = tmp_path / "capped.onnx"
-    onnx.save(proto, bad)
-    _refused(bad, re.escape(f"{bad}: could not place Tanh node 'cap_tanh': logit soft-capping (tanh of the logits: "
-                            "Gemma 2) is not supported"))
+    capped = tmp_path / "capped.onnx"
+    onnx.save(proto, capped)
+    return path, capped
+
+
+LOGIT_CAP = "logit soft-capping 0.25 (cap * tanh(logits / cap): the argmax of the uncapped logits is the same token)"
+
+
+def test_logit_soft_capping_is_imported(exported, tmp_path):
+    """Gemma 2's cap * tanh(z / cap) of the logits: read as ModelConfig.logit_softcap (the scalars around the Tanh,
+    Granite's multiplier among them, folded into the head as before), proven against onnxruntime. The head gives z,
+    the float forward caps it; the chip takes the argmax of z, which the increasing cap keeps (numerics §8), so the
+    integer decoder is the uncapped model's: with one calibration text, the same QModel logits."""
+    from hardwire.quant.reference import ReferenceDecoder, forward
+
+    plain_path, path = _capped_granite(exported, tmp_path)
+    ir, plain = load(path), load(plain_path, verify=False)
+    assert ir.proof.passed, ir.proof.summary()
+    cfg = ir.config
+    assert cfg.logit_softcap == 0.25 and cfg.features == (LOGIT_CAP,) and cfg.folded == plain.config.folded
+    assert np.array_equal(ir.head.weight, plain.head.weight)
+    ids = torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(4))
+    z = float_forward(ir, ids, capped=False)
+    assert torch.equal(z, float_forward(plain, ids))
+    assert torch.allclose(float_forward(ir, ids), 0.25 * torch.tanh(z / 0.25), rtol=1e-6, atol=1e-6)
+    assert (float_forward(ir, ids) - z).abs().max() > 0.02  # the cap bites on these logits
+    calib = ids[:, :16]
+    qm, qplain = quantize(ir, "int8", context=24, calib_ids=calib), quantize(plain, "int8", context=24, calib_ids=calib)
+    assert torch.equal(forward(qm, ids), forward(qplain, ids))
+    agree = (forward(qm, ids).argmax(-1) == float_forward(ir, ids).argmax(-1)).double().mean()
+    assert agree >= 0.9, agree
+    assert ReferenceDecoder(qm).generate([5, 17, 3], 8) == ReferenceDecoder(qplain).generate([5, 17, 3], 8)
+
+
+def test_float_greedy_takes_the_argmax_before_the_cap():
+    """float32's tanh rounds to 1 past about 9: capped logits of 400 and 500 under a cap of 30 tie at 30, and the
+    capped argmax would take the lower id, where the uncapped logits (the chip's, numerics §8) order them. The
+    float side's greedy decoding and comparisons therefore read the uncapped logits too."""
+    from hardwire.frontend.float_model import soft_cap
+
+    z = torch.tensor([400.0, 500.0, -3.0])
+    assert soft_cap(z, 30.0)[0] == soft_cap(z, 30.0)[1] == 30.0
+    assert int(soft_cap(z, 30.0).argmax()) == 0 and int(z.argmax()) == 1
+    assert torch.equal(soft_cap(z, None), z)
+
+
+def test_a_decreasing_logit_cap_is_refused_by_name(exported, tmp_path):
+    """A cap of -0.25 makes the logits decreasing in the head's output: its argmax would be the chip's argmin."""
+    _, bad = _capped_granite(exported, tmp_path, cap=-0.25)
+    _refused(bad, re.escape(f"{bad}: could not place Tanh node 'cap_tanh': a logit soft-cap c * tanh(b * z) with "
+                            "b = -0.5, c = -0.25 is not supported; supported: b and c positive (then it is "
+                            "increasing in z)"))
 
 
 @pytest.mark.parametrize("name,scheme,context", [
     ("llama3-rope", "int8", 48), ("yarn-rope", "int8", 48),  # past the schedules' original 32 and 16 positions
     ("gptj", "int8", 24), ("gptj", "mxfp4", 24), ("cohere", "int8", 24), ("phi3", "int8", 24), ("granite", "int8", 24),
-    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("bloom", "int8", 32), ("mpt", "int8", 32)])
+    ("qwen3", "int8", 24), ("gemma3-prenorm", "int8", 24), ("gemma3", "int8", 24), ("gemma3", "int4", 24),
+    ("gemma2", "int8", 24), ("gemma2-cap4", "int8", 24), ("bloom", "int8", 32), ("mpt", "int8", 32)])
 def test_decode_in_the_reference(exported, name, scheme, context):
-    """Every feature here is folded into the IR's existing fields or is a table (the RoPE schedule): the integer
-    decoder tracks the float model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
+    """Every feature here is folded into the IR's existing fields, is a table (the RoPE schedule, the attention
+    soft-cap), a norm (q/k, post-sublayer) or no hardware at all (the logit cap): the integer decoder tracks the float
+    model, and its KV-cached decoder agrees with the whole-prefix forward token for token."""
     from hardwire.quant.reference import ReferenceDecoder, forward
 
     _, path = exported(name)
@@ -344,7 +446,7 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     qm = quantize(ir, scheme, context=context)
     ids = torch.randint(0, 96, (1, context), generator=torch.Generator().manual_seed(3))
     got = forward(qm, ids).double() * qm.scales["logits"]
-    want = float_forward(ir, ids).double()
+    want = float_forward(ir, ids, capped=False).double()  # a logit soft-cap keeps the argmax: the chip's (numerics §8)
     # as in test_frontend_families.py: random models' logits lie close, and MXFP4 flips more greedy choices (measured
     # 2026-12-07: agreement 0.92-0.96 in int8, 0.75 for GPT-J in MXFP4; error 0.03-0.074 in int8, 0.34 in MXFP4; the
     # other families' 4-bit schemes agree 0.54-0.58 on these random models, below any useful bound)
@@ -386,6 +488,39 @@ def test_qk_norm_gains_of_any_sign(exported):
     assert int(qm.layers[0].q_norm.shift[5]) == 62 and int(qm.layers[0].q_norm.mult[5]) == 1  # a zero gain: 0 out
     out_steps = np.array(qm.steps["layers.0.q"][1])
     assert (np.sign(out_steps) == np.tile(np.where(ir.layers[0].q_norm.weight < 0, -1, 1), 4)).all()
+    ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
+    got = forward(qm, ids).double() * qm.scales["logits"]
+    want = float_forward(ir, ids).double()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+    assert (got - want).abs().max() <= 0.08 * want.abs().max()
+
+
+def test_post_norm_gains_of_any_sign(exported):
+    """The post-sublayer norms' multipliers hold magnitudes too: a negative gain's sign goes into its row of o (down)
+    (fold_post_signs), a zero gain gets a vanishing multiplier. Gemma 3 with every third gain negated and one zero
+    decodes in the integer reference as closely as the model itself does, and o's and down's output steps carry the
+    signs (what the host's LoRA reads)."""
+    import dataclasses
+
+    from hardwire.frontend.ir import Norm
+    from hardwire.quant.reference import forward
+
+    ir = load(exported("gemma3")[1], verify=False)
+
+    def signed(norm: Norm) -> Norm:
+        w = norm.weight.copy()
+        w[::3] *= -1
+        w[5] = 0.0
+        return Norm(w)
+
+    ir = dataclasses.replace(ir, layers=tuple(dataclasses.replace(
+        layer, post_attn_norm=signed(layer.post_attn_norm), post_mlp_norm=signed(layer.post_mlp_norm))
+        for layer in ir.layers))
+    qm = quantize(ir, "int8", context=24)
+    assert int(qm.layers[0].post_mlp_norm.shift[5]) == 62 and int(qm.layers[0].post_mlp_norm.mult[5]) == 1
+    for part in ("o", "down"):
+        out_steps = np.array(qm.steps[f"layers.1.{part}"][1])
+        assert (np.sign(out_steps) == np.where(ir.layers[1].post_attn_norm.weight < 0, -1, 1)).all()
     ids = torch.randint(0, 96, (1, 24), generator=torch.Generator().manual_seed(3))
     got = forward(qm, ids).double() * qm.scales["logits"]
     want = float_forward(ir, ids).double()

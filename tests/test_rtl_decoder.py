@@ -9,6 +9,7 @@ from break_check import assert_case_catches
 from random_ir import random_ir, scheme_options
 from rtl_sim import decode, run
 
+from hardwire.quant.mutations import breaks
 from hardwire.quant.quantize import quantize
 from hardwire.quant.reference import ReferenceDecoder
 from hardwire.rtl.decoder import Decoder
@@ -144,3 +145,39 @@ def test_decoder_rejects_epilogue_lanes_it_cannot_use():
         with pytest.raises(ValueError, match=rf"^epilogue lanes must be a power of two that divides rows \(4\) and "
                                              rf"lanes \(4\), got {epilogue_lanes!r}$"):
             Decoder(qm, rows=4, lanes=4, epilogue_lanes=epilogue_lanes)
+
+
+def test_post_sublayer_norms_on_a_wide_engine():
+    """Post-sublayer norms (Gemma 2, 3) with signed gains, MXFP4, on 2 rows with 2 epilogue lanes: o's and down's
+    rows reach their norm in beats of two, its output is added to the residual an element a cycle and loads the next
+    norm. Every output equals the reference's (each break that applies changes one, the post norms skipped among
+    them), and every token's cycles (output always taken) are the plan's. The cocotb case runs Gemma 2 on 1 x 8."""
+    from hardwire.rtl.plan import cycles_per_token_estimate
+
+    ir = random_ir(family="llama", d=16, heads=2, kv_heads=1, ffn=24, vocab=20, context=8, layers=1, seed=0,
+                   post_norms=True)
+    qm = quantize(ir, "mxfp4", context=8)
+    want = assert_case_catches(qm, PROMPT, 4)
+    assert "post_norm_skipped" in breaks(qm)
+    dut = Decoder(qm, rows=2, lanes=8, epilogue_lanes=2)
+    got, cycles = [], []
+
+    async def testbench(ctx):
+        ctx.set(dut.out.ready, 1)
+        for k in range(len(PROMPT) + 3):
+            start = ctx.get(dut.status.cycles)
+            ctx.set(dut.tokens.payload, {"token": PROMPT[k] if k < len(PROMPT) else got[-1], "new_seq": k == 0})
+            ctx.set(dut.tokens.valid, 1)
+            await ctx.tick().until(dut.tokens.ready)
+            ctx.set(dut.tokens.valid, 0)
+            while True:
+                _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+                if valid:
+                    got.append(int(payload))
+                    break
+            await ctx.tick()
+            cycles.append(ctx.get(dut.status.cycles) - start - 1)  # the cycle after the token left
+
+    run(dut, testbench, deadline_cycles=100_000)
+    assert got == want
+    assert cycles == [cycles_per_token_estimate(qm, dut.plan, p) for p in range(len(cycles))]

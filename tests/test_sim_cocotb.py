@@ -137,7 +137,6 @@ def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows):
     the softmax on 4: scores pass in beats of 4, so that lanes 1-3 add their own multiple of the slope; under idle
     input and backpressure). The case catches every break, ALiBi dropped and each head given the next head's slope
     among them."""
-    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
 
     ir = _hf_ir(exported, "bloom")
     assert ir.config.positions == "alibi"
@@ -150,6 +149,36 @@ def test_bloom_alibi_token_exact(exported, tmp_path, scheme, rows):
     result = simulate(tmp_path, BLOOM_PROMPT, 12, seed=5, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
                       optimise=False, progress=False)
     assert result.match and result.outputs == want and len(result.tokens) == 12
+
+
+GEMMA2_PROMPTS = {  # per scheme: varied outputs, and every break changes one
+    "int8": [12, 93, 9, 87, 42, 60, 71, 12, 45, 55, 40, 78], "int4": [49, 53, 5, 33, 65, 62, 51, 38, 61, 45, 74, 27]}
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_gemma2_token_exact(exported, tmp_path, scheme):
+    """Gemma 2 on the chip: its post-sublayer norms (O and DOWN load the model's norm unit with their own site, whose
+    int16 output is then added to the residual an element a cycle: numerics §5), its attention soft-cap (the scores
+    rescaled into the cap's units and read through the odd tanh table on their way into the softmax: §6; a cap of 4
+    on scores reaching 12, so that it bites), its logits' cap taken as the argmax before it (§8) and its local layer
+    (a window of 16) then a global one. Token for token with the reference in int8 and int4 past the window (a
+    prompt of 12 and 8 generated at context 24); the int8 case with every token's cycles equal to the plan's, the
+    int4 case under idle input and backpressure. The case catches every break, the post norms skipped and the cap
+    skipped among them."""
+    from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate
+
+    ir = _hf_ir(exported, "gemma2-cap4")
+    cfg = ir.config
+    assert cfg.post_norms and (cfg.attn_softcap, cfg.logit_softcap, cfg.attn_windows) == (4.0, 30.0, (16, None))
+    qm = quantize(ir, scheme, context=24)
+    assert {"post_norm_skipped", "attention_cap_skipped", "window_ignored"} <= set(breaks(qm))
+    prompt = GEMMA2_PROMPTS[scheme]
+    want = assert_case_catches(qm, prompt, 8)
+    compile_to(qm, tmp_path, lanes=8, storage="rom", progress=False)
+    timed = scheme == "int8"
+    result = simulate(tmp_path, prompt, 8, seed=5, idle=0.0 if timed else 0.2, stall=0.0 if timed else 0.2,
+                      optimise=False, progress=False)
+    assert result.match and result.outputs == want and len(result.tokens) == 8
     if timed:
         plan = HardwarePlan(lanes=8)
         assert result.cycles == [cycles_per_token_estimate(qm, plan, p) for p in range(len(result.cycles))]
