@@ -82,7 +82,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import dataclasses
 
     from .quant.qmodel import LoraSpec
-    from .quant.quantize import quantize
+    from .quant.quantize import DEFAULT_LORA, quantize
     from .rtl.build import compile_to
     from .rtl.plan import HardwarePlan
 
@@ -93,9 +93,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     shape = {name: SHAPE_DEFAULTS[name] if getattr(args, name) is None else getattr(args, name)
              for name in SHAPE_DEFAULTS}
     auto = args.rows == "auto" or (args.board is not None and not shape_given)
+    lora = LoraSpec(rank=0, sites=()) if args.no_lora else DEFAULT_LORA
     if not auto and (args.board is None or args.quant is not None):  # no sizing: the options as given
         print(f"quantising ({args.quant or 'int8'}) ...", flush=True)
-        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context, progress=True)
+        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context, lora=lora,
+                      progress=True)
     else:  # sized for the board: the shape (--rows auto, or a board without a shape), the scheme (no --quant)
         from .boards.parts import part
         from .boards.sizing import size_for_board
@@ -103,7 +105,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         board = part(args.board or "ulx3s")  # --rows auto alone sizes for the ULX3S-85F, as it always has
         given = None if auto else HardwarePlan(**shape)
         choice, sized = size_for_board(
-            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, progress=True), board,
+            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, lora=lora,
+                                    progress=True), board,
             scheme=args.quant if args.board is not None else args.quant or "int8", plan=given, storage=args.weights,
             boards=args.boards, progress=lambda line: print(line, flush=True))
         qm = choice.qm
@@ -362,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--boards", type=int, default=1,
                       help="split the model by layers over a chain of this many boards, the residual passed on over "
                            "a link (default 1; LoRA slots are left out of a chain)")
+    comp.add_argument("--no-lora", action="store_true",
+                      help="no LoRA adapter slots (default: rank 4 on q and v): their SRAM and products left out, "
+                           "for the smallest boards")
     comp.add_argument("-o", "--out", type=Path, required=True, help="build folder")
     comp.set_defaults(func=cmd_compile)
 

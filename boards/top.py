@@ -1,7 +1,8 @@
 """BoardTop: H1's BoardCore on a real board: UART pins, LEDs, and the clock.
 
 This is the one file where vendor primitives appear (EHXPLLL on the ECP5, SB_PLL40_PAD on
-the iCE40; the Gowin boards run at their oscillator, without a PLL): everything below it is
+the iCE40, rPLL on the GW2A; the GW5A boards run at their oscillator; the dividers are searched in
+boards/plls.py): everything below it is
 vendor-neutral. Without --clock-mhz the design runs from
 the board's oscillator through the platform's own clock domain (which also holds reset while
 the FPGA starts). With a different frequency a PLL makes it, and the design is held in reset
@@ -11,8 +12,6 @@ after configuration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from amaranth.hdl import ClockDomain, Const, Elaboratable, Instance, Module, Signal
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
@@ -20,89 +19,9 @@ from amaranth.lib.cdc import ResetSynchronizer
 from ..quant.qmodel import QModel
 from .core import LED_BUSY, LED_ERROR, LED_HEARTBEAT, LED_TOKEN, BoardCore
 from .parts import Part, part
+from .plls import Ecp5Pll, GowinRpll, Pll, board_pll
 
-# ECP5 EHXPLLL limits in MHz (prjtrellis ecppll: PFD 3.125..400, VCO 400..800, output 10..400)
-ECP5_PFD = (3.125, 400.0)
-ECP5_VCO = (400.0, 800.0)
-ECP5_OUT = (10.0, 400.0)
-# iCE40 PLL limits in MHz (icestorm icepll, SIMPLE feedback: PFD 10..133, VCO 533..1066, output 16..275)
-ICE40_PFD = (10.0, 133.0)
-ICE40_VCO = (533.0, 1066.0)
-ICE40_OUT = (16.0, 275.0)
 ICE40_BRAM_WAIT_S = 15e-6  # 3 µs of zero reads after configuration, with the platform's 5x margin
-
-
-@dataclass(frozen=True)
-class Ecp5Pll:
-    """EHXPLLL dividers: f_out = f_in / clki_div * clkfb_div, f_vco = f_out * clkop_div."""
-
-    clki_div: int
-    clkfb_div: int
-    clkop_div: int
-    clkop_cphase: int
-    f_out_mhz: float
-    f_vco_mhz: float
-
-
-@dataclass(frozen=True)
-class Ice40Pll:
-    """SB_PLL40 dividers (SIMPLE feedback): f_out = f_in * (divf + 1) / ((divr + 1) * 2**divq)."""
-
-    divr: int
-    divf: int
-    divq: int
-    filter_range: int
-    f_out_mhz: float
-    f_vco_mhz: float
-
-
-def ecp5_pll(f_in: float, f_out: float) -> Ecp5Pll:
-    """The dividers nearest f_out, searched as prjtrellis's ecppll does (ties: the VCO nearest 600 MHz)."""
-    if not ECP5_OUT[0] <= f_out <= ECP5_OUT[1]:
-        raise ValueError(f"the ECP5 PLL makes {ECP5_OUT[0]:g} to {ECP5_OUT[1]:g} MHz, not {f_out:g} MHz")
-    best: tuple[float, float, Ecp5Pll] | None = None
-    for clki_div in range(1, 129):
-        f_pfd = f_in / clki_div
-        if not ECP5_PFD[0] <= f_pfd <= ECP5_PFD[1]:
-            continue
-        for clkfb_div in range(1, 81):
-            for clkop_div in range(1, 129):
-                f_vco = f_pfd * clkfb_div * clkop_div
-                if not ECP5_VCO[0] <= f_vco <= ECP5_VCO[1]:
-                    continue
-                got = f_vco / clkop_div
-                key = (abs(got - f_out), abs(f_vco - 600))
-                if best is None or key < best[:2]:
-                    # CLKOP_CPHASE: the primary output shifted by 180 degrees, as Lattice's tools set it
-                    best = (*key, Ecp5Pll(clki_div, clkfb_div, clkop_div, clkop_div // 2, got, f_vco))
-    assert best is not None  # some divider pair always lands in the VCO range for a legal output
-    return best[2]
-
-
-def ice40_pll(f_in: float, f_out: float) -> Ice40Pll:
-    """The dividers nearest f_out, searched as icestorm's icepll does for SIMPLE feedback."""
-    if not ICE40_OUT[0] <= f_out <= ICE40_OUT[1]:
-        raise ValueError(f"the iCE40 PLL makes {ICE40_OUT[0]:g} to {ICE40_OUT[1]:g} MHz, not {f_out:g} MHz")
-    best: tuple[float, Ice40Pll] | None = None
-    for divr in range(16):
-        f_pfd = f_in / (divr + 1)
-        if not ICE40_PFD[0] <= f_pfd <= ICE40_PFD[1]:
-            continue
-        for divf in range(128):
-            f_vco = f_pfd * (divf + 1)
-            if not ICE40_VCO[0] <= f_vco <= ICE40_VCO[1]:
-                continue
-            for divq in range(1, 7):
-                got = f_vco / (1 << divq)
-                if best is None or abs(got - f_out) < best[0]:
-                    # the loop filter follows the PFD frequency (SB_PLL40 documentation, icepll)
-                    filter_range = next(i + 1 for i, top in enumerate((17, 26, 44, 66, 101, float("inf")))
-                                        if f_pfd < top)
-                    best = (abs(got - f_out), Ice40Pll(divr, divf, divq, filter_range, got, f_vco))
-    if best is None:
-        raise ValueError(f"no iCE40 PLL setting makes {f_out:g} MHz from {f_in:g} MHz")
-    return best[1]
-
 
 def _platform(board: Part) -> object:
     """The board's platform (Part.platform: "module:Class", amaranth-boards' or boards/gowin.py's)."""
@@ -122,15 +41,11 @@ class BoardTop(Elaboratable):
                  epilogue_lanes: int = 1, clock_mhz: float | None = None) -> None:
         try:
             self.part = part(board)
-            self.pll: Ecp5Pll | Ice40Pll | None = None
+            self.pll: Pll | None = None
             if clock_mhz is not None and not clock_mhz > 0:
                 raise ValueError(f"clock_mhz must be positive, got {clock_mhz!r}")
             if clock_mhz is not None and abs(clock_mhz - self.part.clock_mhz) > 1e-9:
-                if self.part.family == "gowin":
-                    raise ValueError(f"the {self.part.title} runs at its {self.part.clock_mhz:g} MHz oscillator: "
-                                     f"hardwire does not set up the Gowin PLL yet (leave out --clock-mhz)")
-                make = ecp5_pll if self.part.family == "ecp5" else ice40_pll
-                self.pll = make(self.part.clock_mhz, clock_mhz)
+                self.pll = board_pll(self.part, clock_mhz)
             self.clock_mhz = self.pll.f_out_mhz if self.pll is not None else self.part.clock_mhz
             self.clk_hz = round(self.clock_mhz * 1e6)
             self.core = BoardCore(qm, rows=rows, lanes=lanes, storage=storage, attention_rows=attention_rows,
@@ -191,6 +106,17 @@ class BoardTop(Elaboratable):
                 i_PHASEDIR=Const(1), i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
                 i_ENCLKOP=Const(0))
             wait = 16
+        elif isinstance(pll, GowinRpll):  # internal feedback, fixed dividers, every dynamic input tied off
+            m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
+            m.submodules.pll = Instance(
+                "rPLL",
+                p_FCLKIN=f"{self.part.clock_mhz:g}", p_IDIV_SEL=pll.idiv_sel, p_FBDIV_SEL=pll.fbdiv_sel,
+                p_ODIV_SEL=pll.odiv_sel, p_DEVICE=self.platform.family, p_CLKFB_SEL="internal",
+                p_DYN_IDIV_SEL="false", p_DYN_FBDIV_SEL="false", p_DYN_ODIV_SEL="false",
+                i_CLKIN=clk_buf.i, i_CLKFB=Const(0), i_RESET=Const(0), i_RESET_P=Const(0), i_FBDSEL=Const(0, 6),
+                i_IDSEL=Const(0, 6), i_ODSEL=Const(0, 6), i_PSDA=Const(0, 4), i_DUTYDA=Const(0, 4),
+                i_FDLY=Const(0, 4), o_CLKOUT=cd_sync.clk, o_LOCK=locked)
+            wait = 16
         else:
             m.submodules.pll = Instance(
                 "SB_PLL40_PAD",
@@ -214,5 +140,5 @@ class BoardTop(Elaboratable):
         m.d.boot += core_reset.eq(hold != 0)
         if isinstance(pll, Ecp5Pll):
             m.submodules.reset_buf = Instance("DCCA", i_CLKI=core_reset, i_CE=Const(1), o_CLKO=cd_sync.rst)
-        else:  # nextpnr-ice40 promotes a high fan-out reset to a global buffer itself
+        else:  # nextpnr-ice40 and -himbaechel promote a high fan-out reset to a global network themselves
             m.d.comb += cd_sync.rst.eq(core_reset)

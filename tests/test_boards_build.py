@@ -22,7 +22,8 @@ from hardwire.boards.asic import build_asic
 from hardwire.boards.fpga import build_board, tool_command
 from hardwire.boards.memories import live_bits
 from hardwire.boards.parts import ICEBREAKER, ULX3S_85F, FitError, check_fit, check_synthesis
-from hardwire.boards.top import BoardTop, ecp5_pll, ice40_pll
+from hardwire.boards.plls import ecp5_pll, ice40_pll
+from hardwire.boards.top import BoardTop
 from hardwire.cli import main
 from hardwire.quant.quantize import quantize
 from hardwire.rtl.build import compile_to

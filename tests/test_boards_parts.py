@@ -13,7 +13,8 @@ from random_ir import random_ir
 from test_boards_build import TOOL_RUN, _tiny
 from test_boards_flash import _fake_loader
 
-from hardwire.boards.parts import PARTS, FitError, board_name, check_fit, estimate_model, part
+from hardwire.boards.parts import PARTS, FitError, board_name, check_fit, estimate_model, part, utilisation_from_cells
+from hardwire.boards.plls import gowin_rpll
 from hardwire.boards.sizing import size_for_board
 from hardwire.boards.top import BoardTop
 from hardwire.cli import main
@@ -93,14 +94,17 @@ def test_parts_table_figures() -> None:
     assert figures["orangecrab_25f"] == (24_288, 56, 28, 48.0, "ecp5")
     assert figures["orangecrab_85f"] == (83_640, 208, 156, 48.0, "ecp5")
     assert figures["tang_nano_20k"] == (20_736, 46, 48, 27.0, "gowin")
-    assert figures["tang_primer_25k"] == (23_040, 56, 28, 50.0, "gowin")
-    assert figures["tang_console_60k"] == (59_904, 118, 118, 50.0, "gowin")
-    assert figures["tang_mega_138k"] == (138_240, 340, 298, 50.0, "gowin")
-    # multipliers used only where there are more than the decoder's fixed units take; never on the GW5A (synth_gowin
-    # infers DSPs on gw1n and gw2a only)
-    assert [name for name, p in PARTS.items() if p.infers_dsps] == ["ulx3s", "ulx3s_45f", "orangecrab_85f",
-                                                                     "tang_nano_20k"]
-    assert PARTS["tang_nano_20k"].other_dsps == 23 and PARTS["ulx3s"].other_dsps == 60
+    # the GW5A's multipliers counted as MULT12X12, two per DSP block (boards/gowin_dsp.py maps the products onto them)
+    assert figures["tang_primer_25k"] == (23_040, 56, 56, 50.0, "gowin")
+    assert figures["tang_console_60k"] == (59_904, 118, 236, 50.0, "gowin")
+    assert figures["tang_mega_138k"] == (138_240, 340, 596, 50.0, "gowin")
+    # multipliers used only where there are more than the decoder's fixed units take
+    assert [name for name, p in PARTS.items() if not p.infers_dsps] == ["ulx3s_12f", "ulx3s_25f", "colorlight_5a75b",
+                                                                         "orangecrab_25f", "tang_primer_25k", "icebreaker"]
+    assert PARTS["ulx3s"].other_dsps == 60
+    nano = PARTS["tang_nano_20k"]  # 18 + 3 per norm lane, measured at 1 x 4 and 1 x 8 (34 and 50 with their lanes)
+    assert [nano.fixed_dsps_at(HardwarePlan(storage="rom", rows=1, lanes=lanes)) + lanes for lanes in (4, 8)] == \
+        [34, 50]
     assert all(p.sources for p in PARTS.values())
 
 
@@ -155,9 +159,33 @@ def test_board_top_requests_the_boards_pins(tmp_path_factory: pytest.TempPathFac
         assert [c[0] for c in commands] == ["yosys", "nextpnr-himbaechel-gowin", "gowin_pack"]
 
 
-def test_gowin_boards_refuse_a_pll_clock(tiny_model: QModel) -> None:
-    with pytest.raises(ValueError, match="runs at its 27 MHz oscillator: hardwire does not set up the Gowin PLL"):
-        BoardTop(tiny_model, lanes=1, storage="rom", board="tang_nano_20k", clock_mhz=40.0)
+def test_gw5a_boards_refuse_a_pll_clock(tiny_model: QModel) -> None:
+    with pytest.raises(ValueError, match=r"^the Tang Primer 25K runs at its 50 MHz oscillator: hardwire sets up the "
+                                         r"GW2A's rPLL, not the GW5A's PLLA yet \(leave out --clock-mhz\)$"):
+        BoardTop(tiny_model, lanes=1, storage="rom", board="tang_primer_25k", clock_mhz=40.0)
+
+
+@pytest.mark.parametrize("mhz, exact", [(54.0, True), (45.0, True), (40.0, False), (81.0, True), (33.75, True)])
+def test_gw2a_rpll_dividers(mhz: float, exact: bool) -> None:
+    """f_out = 27 * (FBDIV_SEL + 1) / (IDIV_SEL + 1) with the PFD, VCO and ODIV_SEL in the GW2A's ranges; exact where
+    the ratio allows it (40 MHz needs a PFD of 1 MHz: the nearest legal setting instead)."""
+    pll = gowin_rpll(27.0, mhz)
+    assert pll.f_out_mhz == 27.0 * (pll.fbdiv_sel + 1) / (pll.idiv_sel + 1)
+    assert 27.0 / (pll.idiv_sel + 1) >= 3.0 and 500.0 <= pll.f_vco_mhz == pll.f_out_mhz * pll.odiv_sel <= 1250.0
+    assert pll.odiv_sel in (2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128) and 0 <= pll.idiv_sel < 64 > pll.fbdiv_sel
+    assert (pll.f_out_mhz == mhz) == exact and abs(pll.f_out_mhz - mhz) < 0.7
+    with pytest.raises(ValueError, match=r"the GW2A PLL makes 3\.90625 to 625 MHz, not 700 MHz"):
+        gowin_rpll(27.0, 700.0)
+
+
+def test_tang_nano_20k_clock_from_its_rpll(tmp_path: Path, tiny_model: QModel) -> None:
+    """--clock-mhz on the Nano: an rPLL from the 27 MHz pin, the core held in reset until it locks."""
+    top = BoardTop(tiny_model, lanes=1, storage="rom", board="tang_nano_20k", clock_mhz=54.0)
+    assert top.clock_mhz == 54.0 and top.pll == gowin_rpll(27.0, 54.0)
+    top.platform.prepare(top, name="top").extract(str(tmp_path))
+    rtlil = (tmp_path / "top.il").read_text()
+    assert "cell \\rPLL " in rtlil and "parameter \\FCLKIN \"27\"" in rtlil
+    assert f"parameter \\FBDIV_SEL {top.pll.fbdiv_sel}" in rtlil and "LOCK" in rtlil
 
 
 @pytest.mark.parametrize("board, args, file", [
@@ -202,3 +230,25 @@ def test_tang_nano_20k_bitstream(tmp_path: Path) -> None:
     assert result["timing_met"] == (result["fmax_mhz"] >= 27.0)
     bit = Path(result["bitstream"])
     assert bit == folder / "board_tang_nano_20k" / "top.fs" and bit.stat().st_size > 100_000
+
+
+def test_gw5a_products_on_mult12x12() -> None:
+    """synth_gowin infers no GW5A multiplier: the Mega 138K's products are cut into MULT12X12 before it runs
+    (boards/gowin_dsp.py), counted in MULT12X12, two per MAC lane; the Primer 25K's 56 are fewer than the fixed units
+    take, so its products stay in LUTs (-nodsp), as on the ECP5-25F."""
+    from hardwire.boards import gowin_dsp
+    from hardwire.boards.fpga import _synthesis_script
+
+    mega, primer = PARTS["tang_mega_138k"], PARTS["tang_primer_25k"]
+    script = _synthesis_script(mega)
+    assert script["script_after_read"] == gowin_dsp.SCRIPT and "-nodsp" not in script["synth_opts"]
+    assert "DSP_NAME=$__MUL12X12" in gowin_dsp.SCRIPT and gowin_dsp.MAP_FILE in gowin_dsp.SCRIPT
+    assert "MULT12X12 __TECHMAP_REPLACE__" in gowin_dsp.MULT12X12_MAP
+    assert "script_after_read" not in _synthesis_script(primer) and "-nodsp" in _synthesis_script(primer)["synth_opts"]
+    assert utilisation_from_cells(mega, {"MULT12X12": 511, "MULTADDALU12X12": 2})["dsps"] == 515
+    assert utilisation_from_cells(PARTS["tang_nano_20k"], {"MULT18X18": 33, "MULT9X9": 9})["dsps"] == 38
+    plan = HardwarePlan(storage="rom", rows=4, lanes=32, attention_rows=2, softmax_lanes=8)
+    fixed = mega.fixed_dsps_at(plan)
+    assert fixed == 255 and mega.dsps_per_mac_lane == 2  # 511 MULT12X12 measured at this shape: 256 + 255
+    too_many = HardwarePlan(storage="rom", rows=8, lanes=32, attention_rows=2, softmax_lanes=8)
+    assert mega.fixed_dsps_at(too_many) + 2 * 256 > mega.dsps  # 8 x 32 on DSPs would need 767 of 596

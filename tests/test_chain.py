@@ -119,3 +119,18 @@ def test_cli_compile_boards(exported, tmp_path, capsys):
     assert main(["compile", str(path), "--boards", "3", "-o", str(tmp_path / "c")]) == 2
     assert capsys.readouterr().err == ("hardwire: error: boards must be a count from 1 to the model's 2 layers (at "
                                        "most 16), got 3\n")
+
+
+def test_cli_compile_without_lora(exported, tmp_path):
+    """`--no-lora` builds no adapter slots (the smallest boards' option): no LoRA memory in the design."""
+    from hardwire.boards.memories import block_memories
+    from hardwire.boards.parts import read_build
+    from hardwire.rtl.plan import plan_from_report
+
+    _, path = exported("example-dynamo")
+    kinds = {}
+    for name, extra in (("n", ["--no-lora"]), ("l", [])):
+        assert main(["compile", str(path), "--quant", "int8", *extra, "-o", str(tmp_path / name)]) == 0
+        qm, report = read_build(tmp_path / name)
+        kinds[name] = (qm.lora.rank, [m.kind for m in block_memories(qm, plan_from_report(report))].count("lora"))
+    assert kinds["n"] == (0, 0) and kinds["l"][0] == 4 and kinds["l"][1] > 0

@@ -229,7 +229,7 @@ def test_fit_counts_dsp_and_shift_add_lanes():
     assert max(bits for _, bits in weight_formats(qm)) == 6
     all_dsp = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=2), label="x")
     assert (all_dsp.dsp_lanes, all_dsp.shift_add_luts) == (128, 0)
-    assert all_dsp.problems() == [f"x needs about {128 + OTHER_DSPS} MULT18X18D (128 MAC lanes and about {OTHER_DSPS} "
+    assert all_dsp.problems() == [f"x needs about {128 + OTHER_DSPS} MULT18X18D (128 for 128 MAC lanes and about {OTHER_DSPS} "
                                   f"for the rest), the ULX3S-85F has 156; put fewer rows on DSPs (--dsp-rows "
                                   f"{(156 - OTHER_DSPS) // 16} or fewer)"]
     mixed = estimate_model(qm, ULX3S_85F, HardwarePlan(rows=8, lanes=16, attention_rows=2, dsp_rows=6), label="x")
