@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -13,7 +14,16 @@ from random_ir import random_ir
 from test_boards_build import TOOL_RUN, _tiny
 from test_boards_flash import _fake_loader
 
-from hardwire.boards.parts import PARTS, FitError, board_name, check_fit, estimate_model, part, utilisation_from_cells
+from hardwire.boards.parts import (
+    PARTS,
+    FitError,
+    board_name,
+    check_fit,
+    check_synthesis,
+    estimate_model,
+    part,
+    utilisation_from_cells,
+)
 from hardwire.boards.plls import gowin_rpll
 from hardwire.boards.sizing import size_for_board
 from hardwire.boards.top import BoardTop
@@ -252,3 +262,17 @@ def test_gw5a_products_on_mult12x12() -> None:
     assert fixed == 255 and mega.dsps_per_mac_lane == 2  # 511 MULT12X12 measured at this shape: 256 + 255
     too_many = HardwarePlan(storage="rom", rows=8, lanes=32, attention_rows=2, softmax_lanes=8)
     assert mega.fixed_dsps_at(too_many) + 2 * 256 > mega.dsps  # 8 x 32 on DSPs would need 767 of 596
+
+
+def test_the_nano_refuses_after_synthesis_what_it_cannot_place() -> None:
+    """The small model at int4 2 x 4 without LoRA synthesised to 16,504 LUT4 + ALU, which nextpnr packed into 19,775
+    sites (95%) and could not place: the synthesis check scales by the measured 1.2 and holds to 90%, so that build
+    is refused in a minute instead of after eight of placement; a design a third smaller passes."""
+    nano = PARTS["tang_nano_20k"]
+    cells = {"LUT4": 13_508, "ALU": 2_996, "DFF": 8_681, "SDPB": 44, "MULT18X18": 27, "MULT9X9": 9}
+    with pytest.raises(FitError, match=re.escape(
+            "r2l4n needs after synthesis 19,805 LUT4 sites in placement (16,504 in synthesis x 1.2, measured), more "
+            "than the 90% of its LUT4s a placement was measured to find room in (the Tang Nano 20K has 18,662); ")):
+        check_synthesis(nano, cells, "r2l4n")
+    check_synthesis(nano, {**cells, "LUT4": 9_000, "ALU": 2_000}, "smaller")
+    check_synthesis(PARTS["ulx3s"], {"LUT4": 80_000, "TRELLIS_FF": 10}, "the 85F counts synthesis LUTs as they are")
