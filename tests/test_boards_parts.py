@@ -109,8 +109,9 @@ def test_parts_table_figures() -> None:
     assert figures["tang_console_60k"] == (59_904, 118, 236, 50.0, "gowin")
     assert figures["tang_mega_138k"] == (138_240, 340, 596, 50.0, "gowin")
     # multipliers used only where there are more than the decoder's fixed units take
-    assert [name for name, p in PARTS.items() if not p.infers_dsps] == ["ulx3s_12f", "ulx3s_25f", "colorlight_5a75b",
-                                                                         "orangecrab_25f", "tang_primer_25k", "icebreaker"]
+    assert [name for name, p in PARTS.items() if not p.infers_dsps] == [
+        "ulx3s_12f", "ulx3s_25f", "colorlight_5a75b", "orangecrab_25f", "tang_primer_25k", "tang_console_60k",
+        "icebreaker"]
     assert PARTS["ulx3s"].other_dsps == 60
     nano = PARTS["tang_nano_20k"]  # 18 + 3 per norm lane, measured at 1 x 4 and 1 x 8 (34 and 50 with their lanes)
     assert [nano.fixed_dsps_at(HardwarePlan(storage="rom", rows=1, lanes=lanes)) + lanes for lanes in (4, 8)] == \
@@ -275,4 +276,8 @@ def test_the_nano_refuses_after_synthesis_what_it_cannot_place() -> None:
             "than the 90% of its LUT4s a placement was measured to find room in (the Tang Nano 20K has 18,662); ")):
         check_synthesis(nano, cells, "r2l4n")
     check_synthesis(nano, {**cells, "LUT4": 9_000, "ALU": 2_000}, "smaller")
+    with pytest.raises(FitError, match=re.escape(  # with LoRA and LUT RAM: 22,241 sites in nextpnr's packing
+            "r2l4 needs after synthesis 22,208 LUT4 sites in placement (15,307 in synthesis x 1.2 and 384 LUT RAM x 10, "
+            "measured), more than")):
+        check_synthesis(nano, {**cells, "LUT4": 12_311, "RAM16SDP4": 384}, "r2l4")
     check_synthesis(PARTS["ulx3s"], {"LUT4": 80_000, "TRELLIS_FF": 10}, "the 85F counts synthesis LUTs as they are")
