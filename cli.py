@@ -81,8 +81,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     fits it."""
     import dataclasses
 
-    from .quant.qmodel import LoraSpec
-    from .quant.quantize import DEFAULT_LORA, quantize
+    from .quant.quantize import DEFAULT_LORA, NO_LORA, quantize
     from .rtl.build import compile_to
     from .rtl.plan import HardwarePlan
 
@@ -93,11 +92,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     shape = {name: SHAPE_DEFAULTS[name] if getattr(args, name) is None else getattr(args, name)
              for name in SHAPE_DEFAULTS}
     auto = args.rows == "auto" or (args.board is not None and not shape_given)
-    lora = LoraSpec(rank=0, sites=()) if args.no_lora else DEFAULT_LORA
+    lora = NO_LORA if args.no_lora else DEFAULT_LORA
+
+    def quantise(scheme: str):
+        return quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, lora=lora, progress=True)
+
     if not auto and (args.board is None or args.quant is not None):  # no sizing: the options as given
         print(f"quantising ({args.quant or 'int8'}) ...", flush=True)
-        qm = quantize(ir, args.quant or "int8", avg_bits=args.avg_bits, context=args.context, lora=lora,
-                      progress=True)
+        qm = quantise(args.quant or "int8")
     else:  # sized for the board: the shape (--rows auto, or a board without a shape), the scheme (no --quant)
         from .boards.parts import part
         from .boards.sizing import size_for_board
@@ -105,10 +107,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         board = part(args.board or "ulx3s")  # --rows auto alone sizes for the ULX3S-85F, as it always has
         given = None if auto else HardwarePlan(**shape)
         choice, sized = size_for_board(
-            lambda scheme: quantize(ir, scheme, avg_bits=args.avg_bits, context=args.context, lora=lora,
-                                    progress=True), board,
-            scheme=args.quant if args.board is not None else args.quant or "int8", plan=given, storage=args.weights,
-            boards=args.boards, progress=lambda line: print(line, flush=True))
+            quantise, board, scheme=args.quant if args.board is not None else args.quant or "int8", plan=given,
+            storage=args.weights, boards=args.boards, progress=lambda line: print(line, flush=True))
         qm = choice.qm
         if choice.chosen:
             print(choice.summary() + " (--board given without --quant)")
@@ -118,7 +118,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         shape = {name: getattr(sized.plan, name) for name in SHAPE_DEFAULTS}
     if args.boards > 1 and qm.lora.rank:
         print(f"LoRA slots left out: a chain of {args.boards} boards does not load adapters (yet)")
-        qm = dataclasses.replace(qm, lora=LoraSpec(rank=0, sites=()))
+        qm = dataclasses.replace(qm, lora=NO_LORA)
     try:
         report = compile_to(qm, args.out, storage=args.weights, vocab=ir.vocab, boards=args.boards, **shape)
     except ValueError as err:  # an engine shape the decoder refuses: its message says what is accepted

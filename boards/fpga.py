@@ -146,7 +146,7 @@ def _synthesis_script(target: Part) -> dict[str, str]:
     nodsp = " -nodsp" if not target.infers_dsps and target.family in ("ecp5", "gowin") else ""
     if target.family == "gowin":  # no LUT RAM where nextpnr offers none (the GW5A-25A), as the fit check assumes
         script = {"synth_opts": (nodsp + ("" if target.lutram else " -nolutram")).strip(), "script_after_synth": stat}
-        if target.infers_dsps and target.dsp_name == "MULT12X12":  # the GW5A: products mapped before synth_gowin
+        if gowin_dsp.maps_products(target):  # the GW5A: products mapped before synth_gowin
             script["script_after_read"] = gowin_dsp.SCRIPT
         return script
     if target.family != "ecp5":
@@ -258,7 +258,7 @@ def _build_once(folder: Path, board: str, *, clock_mhz: float | None, baud: int,
     if target.family == "gowin":  # nextpnr-himbaechel reads no clock constraint from amaranth's files: give it
         nextpnr_opts += ["--freq", f"{top.clock_mhz:g}"]
     plan = top.platform.prepare(top, name=NAME, nextpnr_opts=nextpnr_opts, **_synthesis_script(target))
-    if target.dsp_name == "MULT12X12":
+    if gowin_dsp.maps_products(target):
         plan.add_file(gowin_dsp.MAP_FILE, gowin_dsp.MULT12X12_MAP)
     if out.exists():  # stale products of an earlier build must not be taken for this one's
         for stale in (f"{NAME}.stat.json", f"{NAME}.report.json", f"{NAME}.bit", f"{NAME}.bin", f"{NAME}.config",

@@ -19,6 +19,11 @@ places, routes and packs, and that synthesis counts the multipliers the fit chec
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .parts import Part
+
 MAP_FILE = "gw5a_mult12x12.v"  # written into the build folder beside the design
 
 # the piece mul2dsp leaves (a $__MUL12X12 of up to 12 x 12 bits, both operands already sign-extended) as the GW5A
@@ -39,3 +44,8 @@ SCRIPT = ("proc; opt_clean; wreduce; "
           "-D DSP_SIGNEDONLY=1 -D DSP_NAME=$__MUL12X12; "
           f"techmap -map {MAP_FILE}; "
           "chtype -set $mul t:$__soft_mul")  # what mul2dsp leaves to the fabric (narrower than 2 bits) back to $mul
+
+
+def maps_products(target: Part) -> bool:
+    """Whether a build for this part maps its products here: a GW5A part that uses its multipliers."""
+    return target.family == "gowin" and target.infers_dsps and target.dsp_name == "MULT12X12"

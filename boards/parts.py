@@ -104,6 +104,13 @@ class Part:
         before those that grow with the engine (fixed_dsps_at)."""
         return OTHER_DSPS if self.fixed_dsps is None else self.fixed_dsps
 
+    def lut_floor_problem(self, what: str) -> str | None:
+        """The sentence refusing any decoder on a part with fewer LUT4s than the smallest one measured, or None."""
+        if self.min_decoder_luts <= self.luts:
+            return None
+        return (f"{what} needs at least {self.min_decoder_luts:,} LUT4s (the smallest decoder measured), the "
+                f"{self.title} has {self.luts:,}")
+
     def fixed_dsps_at(self, plan: HardwarePlan) -> int:
         """The multipliers of everything but the MAC lanes for an engine shape: the allowance, the norm's lanes and
         the epilogue lanes past the first."""
@@ -301,17 +308,12 @@ class FitEstimate:
     context: int
     storage: str
     memories: tuple[BlockMemory, ...]
-    dsp_lanes: int = 0  # MAC lanes on hard multipliers, one block each (beside OTHER_DSPS)
-    fixed_dsps: int = 0  # the multipliers of the rest (Part.fixed_dsps_at)
+    dsp_lanes: int = 0  # MAC lanes on hard multipliers, Part.dsps_per_mac_lane each
+    other_dsps: int = 0  # multipliers beside the MAC lanes: the allowance, the norm's and extra epilogue lanes'
+    #                      (Part.fixed_dsps_at)
     shift_add_luts: int = 0  # LUT4s of the shift-add MAC lanes (SHIFT_ADD_LUT4_PER_LANE)
     epilogue_lanes: int = 1  # rows per cycle through the epilogue: each lane past the first costs EPILOGUE_LANE_*
     vocab_bits: int = 0  # the embedding's and the LM head's code bits: most of a small model with a large vocabulary
-
-    @property
-    def other_dsps(self) -> int:
-        """Multipliers beside the MAC lanes: the measured allowance, plus what the norm's and the extra epilogue lanes
-        take."""
-        return self.fixed_dsps
 
     @property
     def extra_luts(self) -> int:
@@ -339,9 +341,9 @@ class FitEstimate:
         """One sentence per resource that does not fit; empty when the design fits."""
         p = self.part
         problems = []
-        if p.min_decoder_luts > p.luts:
-            problems.append(f"{self.label} needs at least {p.min_decoder_luts:,} LUT4s (the smallest decoder "
-                            f"measured), the {p.title} has {p.luts:,}")
+        floor = p.lut_floor_problem(self.label)
+        if floor:
+            problems.append(floor)
         mac_dsps = self.dsp_lanes * p.dsps_per_mac_lane
         if p.infers_dsps and mac_dsps + self.other_dsps > p.dsps:
             rows = max(0, (p.dsps - self.other_dsps) // max(1, self.lanes * p.dsps_per_mac_lane))
@@ -405,7 +407,7 @@ def estimate_model(qm: QModel, part: Part, plan: HardwarePlan, *, label: str) ->
     shift_add = [row_code_bits(qm, plan, r) for r in range(plan.rows - plan.shift_add_rows, plan.rows)]
     return FitEstimate(part=part, label=label, scheme=qm.scheme, lanes=plan.lanes, context=qm.context,
                        storage=plan.storage, memories=tuple(block_memories(qm, plan)), dsp_lanes=plan.dsp_lanes,
-                       fixed_dsps=part.fixed_dsps_at(plan),
+                       other_dsps=part.fixed_dsps_at(plan),
                        shift_add_luts=sum(plan.lanes * shift_add_lut4_per_lane(bits) for bits in shift_add),
                        epilogue_lanes=plan.epilogue_lanes,
                        vocab_bits=sum(int(t.codes.numel()) * t.bits for name, t in qm.weight_tensors()

@@ -89,9 +89,9 @@ def size_for_board(quantise: Callable[[str], QModel], part: Part, *, scheme: str
     or the --rows auto shape) of a board build. `quantise(scheme)` quantises the model; it runs once per scheme
     tried. Raises FitError naming each scheme's reason when none fits (or the given scheme's own error).
     boards > 1: a chain (quant/chain.py); each board has the same shape, fitted on the stage that stores most."""
-    if part.min_decoder_luts > part.luts:  # no scheme, shape or context gets under the smallest decoder measured
-        raise FitError(f"no model fits the {part.title}: the decoder needs at least {part.min_decoder_luts:,} LUT4s "
-                       f"(the smallest decoder measured), the {part.title} has {part.luts:,}")
+    floor = part.lut_floor_problem("the decoder")  # no scheme, shape or context gets under it
+    if floor:
+        raise FitError(f"no model fits the {part.title}: {floor}")
     schemes = QUALITY_ORDER if scheme is None else (scheme,)
     given = None if plan is None else replace(plan, storage=storage)
     reasons: list[tuple[str, str]] = []

@@ -57,6 +57,7 @@ MAX_ACC_BITS = 48
 CALIBRATION_SEQUENCES = 32  # self-generated: 4,096 tokens for the bundled model
 MAX_BLOCK_SHIFT = 24  # MXFP4: largest left shift of a block relative to its row
 DEFAULT_LORA = LoraSpec(rank=4, sites=("q", "v"))  # the usual LoRA placement, small enough to cost little SRAM
+NO_LORA = LoraSpec(rank=0, sites=())  # no adapter slots: a chain's boards, `compile --no-lora`
 _PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 _INPUT_SITE = {"q": "attn_norm", "k": "attn_norm", "v": "attn_norm", "o": "attn_out", "gate": "mlp_norm",
                "up": "mlp_norm", "down": "hidden"}

@@ -22,13 +22,11 @@ from hardwire.boards.parts import ULX3S_85F, estimate_model
 from hardwire.cli import main
 from hardwire.quant.chain import largest_stage, split_layers, stage_model, stages
 from hardwire.quant.qmodel import LoraSpec
-from hardwire.quant.quantize import quantize
+from hardwire.quant.quantize import NO_LORA, quantize
 from hardwire.rtl.build import compile_to
 from hardwire.rtl.chain import Chain, chain_cycles
 from hardwire.rtl.plan import HardwarePlan, cycles_per_token_estimate, macs_per_token
 from hardwire.sim.runner import Feed, Generate, run_steps
-
-NO_LORA = LoraSpec(rank=0, sites=())
 
 
 def _model(**options):

@@ -458,22 +458,23 @@ def test_decode_in_the_reference(exported, name, scheme, context):
     assert tokens == forward(qm, seq)[0, 2:].argmax(-1).tolist()
 
 
+def _signed(norm):
+    """A norm with every third gain negated and gain 5 zero: the signs and the zero the chip's multipliers must carry."""
+    from hardwire.frontend.ir import Norm
+
+    w = norm.weight.copy()
+    w[::3] *= -1
+    w[5] = 0.0
+    return Norm(w)
+
+
 def _signed_qk_gains(exported):
     """Qwen3's IR with every third q/k norm gain negated and gain 5 zero."""
     import dataclasses
 
-    from hardwire.frontend.ir import Norm
-
     ir = load(exported("qwen3")[1], verify=False)
-
-    def signed(norm: Norm) -> Norm:
-        w = norm.weight.copy()
-        w[::3] *= -1
-        w[5] = 0.0
-        return Norm(w)
-
-    return dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=signed(layer.q_norm),
-                                                                    k_norm=signed(layer.k_norm)) for layer in ir.layers))
+    return dataclasses.replace(ir, layers=tuple(dataclasses.replace(layer, q_norm=_signed(layer.q_norm),
+                                                                    k_norm=_signed(layer.k_norm)) for layer in ir.layers))
 
 
 def test_qk_norm_gains_of_any_sign(exported):
@@ -502,19 +503,11 @@ def test_post_norm_gains_of_any_sign(exported):
     signs (what the host's LoRA reads)."""
     import dataclasses
 
-    from hardwire.frontend.ir import Norm
     from hardwire.quant.reference import forward
 
     ir = load(exported("gemma3")[1], verify=False)
-
-    def signed(norm: Norm) -> Norm:
-        w = norm.weight.copy()
-        w[::3] *= -1
-        w[5] = 0.0
-        return Norm(w)
-
     ir = dataclasses.replace(ir, layers=tuple(dataclasses.replace(
-        layer, post_attn_norm=signed(layer.post_attn_norm), post_mlp_norm=signed(layer.post_mlp_norm))
+        layer, post_attn_norm=_signed(layer.post_attn_norm), post_mlp_norm=_signed(layer.post_mlp_norm))
         for layer in ir.layers))
     qm = quantize(ir, "int8", context=24)
     assert int(qm.layers[0].post_mlp_norm.shift[5]) == 62 and int(qm.layers[0].post_mlp_norm.mult[5]) == 1
